@@ -1,0 +1,650 @@
+#!/usr/bin/env python
+"""Step 3 of 3: pre-train a masked language model from scratch on the TFRecord shards of step 2.
+
+The model is a 🤗 Transformers TF…ForMaskedLM (RoBERTa by default) built from a config, never from pretrained
+weights, trained with Keras `model.fit` under a tf.distribute strategy:
+
+    TPUStrategy                    on a TPU VM (--tpu_name local, the default), or a TPU Node (--tpu_name NAME)
+    MultiWorkerMirroredStrategy    when TF_CONFIG describes a multi-host GPU / CPU cluster
+    MirroredStrategy               over every visible GPU, or the CPU when there is none (--no_tpu, or no TPU)
+
+Everything that runs per batch obeys the rules of XLA, the compiler behind TPUs (and used here on CPU and GPU
+too): no Python `if` on tensor values, no tensor whose shape depends on its values, and one input shape. Batches
+always hold the same number of samples of exactly max_length tokens, and the loss is a sum over masked positions
+divided by their count, never a boolean selection of them.
+
+The input pipeline is made of TensorFlow ops only, so it also runs on a TPU Node, whose host cannot run Python
+for it: list the shards, give each host its own subset, read several files at once, shuffle, batch, parse, and
+mask. Masking happens here, on the fly ("dynamic masking"), so each epoch sees new masks: --mlm_probability of
+the tokens that are not special tokens or padding are chosen; 80 % of those become <mask>, 10 % a random token,
+10 % stay as they are; the labels hold the original token there and -100 everywhere else. Evaluation batches are
+masked from a fixed seed, so evaluation figures compare across epochs and runs.
+
+Reported metrics count masked positions only: loss (mean cross-entropy per masked token), masked_accuracy, and
+perplexity (exp of the loss). They also go to TensorBoard under {output_dir}/logs.
+
+Checkpoints go to {output_dir}/checkpoints every --checkpoint_every_steps; running the same command again after
+an interruption resumes from the last one (weights, optimizer state, step, learning-rate schedule). At the end,
+the model and tokenizer are saved with save_pretrained to --output_dir, ready for
+`pipeline("fill-mask", model=output_dir, framework="tf")`.
+
+Example (a small model on a CPU):
+    python run_mlm.py --train_dataset tfrecords/train --eval_dataset tfrecords/validation \\
+        --tokenizer unigram-tokenizer --config_overrides hidden_size=256,num_hidden_layers=4,... --no_tpu
+"""
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+import time
+
+import tensorflow as tf
+# 🤗 Transformers' TF models are Keras 2 models. Since TensorFlow 2.16, Keras 2 is the separate tf-keras package,
+# and `tf.keras` is Keras 3: every Keras object here must come from tf_keras.
+import tf_keras as keras
+from transformers import AutoConfig, AutoTokenizer, TFAutoModelForMaskedLM, create_optimizer
+
+from utils import MANIFEST_NAME, SHARD_NAME_PATTERN, push_folder_to_hub
+
+logger = logging.getLogger("run_mlm")
+
+# RoBERTa-style models number positions from pad_token_id + 1, so they need that many more position embeddings
+# than the longest sequence (RoBERTa-base: 514 for 512 tokens).
+MODELS_WITH_POSITION_OFFSET = ("roberta", "xlm-roberta", "camembert", "roberta-prelayernorm")
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    hardware = parser.add_argument_group("hardware")
+    hardware.add_argument("--tpu_name", help="TPU to use: `local` on a TPU VM, or a TPU Node's name. Default: "
+                                             "try `local`, and use GPUs or the CPU if there is no TPU. A TPU named "
+                                             "here must be found, or the script stops.")
+    hardware.add_argument("--tpu_zone", help="Zone of the TPU Node named by --tpu_name (TPU Nodes only).")
+    hardware.add_argument("--gcp_project", help="Google Cloud project of the TPU Node (TPU Nodes only).")
+    hardware.add_argument("--no_tpu", action="store_true", help="Do not look for a TPU: use GPUs or the CPU.")
+    hardware.add_argument("--num_cpu_replicas", type=int, default=1,
+                          help="On a machine without GPUs, split the CPU into this many devices and train one "
+                               "replica on each: a dry run of multi-replica training without accelerators "
+                               "(default: %(default)s).")
+    hardware.add_argument("--bfloat16", action="store_true",
+                          help="Mixed precision: compute in bfloat16, keep weights in float32. Fast on TPUs and "
+                               "recent GPUs (A100, H100); slow on CPUs.")
+
+    data = parser.add_argument_group("data")
+    data.add_argument("--train_dataset", default="tfrecords/train",
+                      help="Folder of training shards, or a glob such as gs://bucket/train/*.tfrecord "
+                           "(default: %(default)s).")
+    data.add_argument("--eval_dataset", help="Folder or glob of evaluation shards (default: no evaluation).")
+    data.add_argument("--max_length", type=int, default=128,
+                      help="Tokens per sample; must match the shards (default: %(default)s).")
+    data.add_argument("--shuffle_buffer_size", type=int, default=10_000,
+                      help="Samples held in the shuffle buffer; larger mixes better, costs host memory "
+                           "(default: %(default)s).")
+    data.add_argument("--mlm_probability", type=float, default=0.15,
+                      help="Fraction of the non-special tokens to mask (default: %(default)s).")
+
+    model = parser.add_argument_group("model")
+    model.add_argument("--tokenizer", default="unigram-tokenizer",
+                       help="Folder written by train_unigram.py, or a Hub tokenizer id (default: %(default)s).")
+    model.add_argument("--pretrained_model_config", default="FacebookAI/roberta-base",
+                       help="Architecture to train from scratch: a Hub model id, a folder holding config.json, or a "
+                            "config file. Only the config is read, never weights (default: %(default)s).")
+    model.add_argument("--config_overrides",
+                       help="Comma-separated changes to the config, e.g. "
+                            "hidden_size=256,num_hidden_layers=4,num_attention_heads=4,intermediate_size=1024.")
+
+    training = parser.add_argument_group("training")
+    training.add_argument("--per_replica_batch_size", type=int, default=8,
+                          help="Samples per replica and step; the global batch is this times the number of "
+                               "replicas times --gradient_accumulation_steps (default: %(default)s).")
+    training.add_argument("--gradient_accumulation_steps", type=int, default=1,
+                          help="Split each replica's batch into this many micro-batches and add up their "
+                               "gradients before one optimizer step: a larger batch in the same memory "
+                               "(default: %(default)s).")
+    training.add_argument("--learning_rate", type=float, default=1e-4, help="Peak learning rate (default: %(default)s).")
+    training.add_argument("--weight_decay_rate", type=float, default=1e-3,
+                          help="Decoupled weight decay (AdamW); LayerNorm weights and biases are never decayed "
+                               "(default: %(default)s).")
+    warmup = training.add_mutually_exclusive_group()
+    warmup.add_argument("--warmup_steps", type=int, help="Steps of linear warmup before the linear decay.")
+    warmup.add_argument("--warmup_ratio", type=float, default=0.05,
+                        help="Warmup as a fraction of all steps, when --warmup_steps is not given (default: %(default)s).")
+    length = training.add_mutually_exclusive_group()
+    length.add_argument("--num_epochs", type=int, default=1, help="Passes over the training data (default: %(default)s).")
+    length.add_argument("--max_steps", type=int, help="Optimizer steps to train for, instead of --num_epochs.")
+    training.add_argument("--steps_per_execution", type=int, default=1,
+                          help="Steps run per call from Python into the device; larger values cut the per-step "
+                               "overhead, mostly on TPUs (default: %(default)s).")
+    training.add_argument("--eval_every_steps", type=int,
+                          help="Evaluate (and log to TensorBoard) every this many steps (default: once per epoch).")
+    training.add_argument("--checkpoint_every_steps", type=int, default=1000,
+                          help="Save a checkpoint to resume from every this many steps (default: %(default)s).")
+    training.add_argument("--seed", type=int, default=42,
+                          help="Seed for weights, data order and masks (default: %(default)s).")
+
+    output = parser.add_argument_group("output")
+    output.add_argument("--output_dir", default="mlm-model",
+                        help="Folder for checkpoints, TensorBoard logs and the final model (default: %(default)s).")
+    output.add_argument("--overwrite", action="store_true",
+                        help="Start from scratch even if --output_dir holds checkpoints or other files.")
+    output.add_argument("--hub_model_id", help="Push the final model and tokenizer to this Hub repository.")
+    args = parser.parse_args()
+
+    for flag in ("num_cpu_replicas", "max_length", "shuffle_buffer_size", "per_replica_batch_size",
+                 "gradient_accumulation_steps", "num_epochs", "max_steps", "steps_per_execution",
+                 "eval_every_steps", "checkpoint_every_steps", "warmup_steps"):
+        value = getattr(args, flag)
+        if value is not None and value < (0 if flag == "warmup_steps" else 1):
+            parser.error(f"--{flag} must be {'non-negative' if flag == 'warmup_steps' else 'positive'}, got {value}.")
+    if not 0 < args.mlm_probability < 1:
+        parser.error(f"--mlm_probability must be between 0 and 1, got {args.mlm_probability}.")
+    if not 0 <= args.warmup_ratio < 1:
+        parser.error(f"--warmup_ratio must be in [0, 1), got {args.warmup_ratio}.")
+    return args
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Hardware
+
+
+def choose_strategy(args):
+    """The tf.distribute strategy for this machine, and whether it is a TPU one."""
+    if args.tpu_name or not (args.no_tpu or "TF_CONFIG" in os.environ):
+        tpu_name = args.tpu_name or "local"
+        try:
+            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+                tpu_name, zone=args.tpu_zone, project=args.gcp_project)
+            tf.config.experimental_connect_to_cluster(resolver)
+            tf.tpu.experimental.initialize_tpu_system(resolver)
+            return tf.distribute.TPUStrategy(resolver), True
+        except Exception as err:  # Each TPU set-up failure has its own type; all mean "no usable TPU".
+            if args.tpu_name:
+                raise SystemExit(
+                    f"error: cannot use the TPU {tpu_name!r}: {type(err).__name__}: {err}\n"
+                    "On a TPU VM pass --tpu_name local; for a TPU Node pass its name with --tpu_zone and "
+                    "--gcp_project. To train on GPUs or the CPU instead, leave out --tpu_name or pass --no_tpu."
+                ) from err
+            logger.info("No TPU found (%s); using GPUs or the CPU.", type(err).__name__)
+    if "TF_CONFIG" in os.environ:
+        return tf.distribute.MultiWorkerMirroredStrategy(), False
+    devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+    return tf.distribute.MirroredStrategy([device.name for device in devices]), False
+
+
+def count_hosts(strategy):
+    """Machines taking part in training; each runs this script and an input pipeline of its own."""
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return strategy.extended.num_hosts
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        cluster = strategy.cluster_resolver.cluster_spec().as_dict()
+        return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
+    return 1
+
+
+def split_cpu(num_replicas):
+    """Splits the CPU into `num_replicas` logical devices, when there is no GPU. Must run before TF starts up."""
+    if num_replicas > 1 and not tf.config.list_physical_devices("GPU"):
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * num_replicas)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Data
+
+
+def find_shards(path, max_length):
+    """The shard files of a folder or glob, with the number of samples in each, checked against max_length.
+
+    Counts come from the folder's manifest.json (written by prepare_tfrecord_shards.py) or, for shards made by
+    the original Transformers example, from the file names (dataset-{index}-{num_samples}.tfrecord).
+    """
+    pattern = os.path.join(path, "*.tfrecord") if tf.io.gfile.isdir(path) else path
+    files = sorted(tf.io.gfile.glob(pattern))
+    if not files:
+        raise SystemExit(f"error: no .tfrecord shard found at {path!r}. Check the path, or write shards there "
+                         "with prepare_tfrecord_shards.py.")
+    manifest_path = os.path.join(os.path.dirname(files[0]), MANIFEST_NAME)
+    if tf.io.gfile.exists(manifest_path):
+        with tf.io.gfile.GFile(manifest_path) as f:
+            manifest = json.load(f)
+        counts = {shard["file"]: shard["num_samples"] for shard in manifest["shards"]}
+        unlisted = [file for file in files if os.path.basename(file) not in counts]
+        if unlisted:
+            raise SystemExit(f"error: {unlisted[0]!r} is not listed in {manifest_path!r}: the folder mixes shards "
+                             "of different runs. Write the shards again into an empty folder.")
+        sizes = [counts[os.path.basename(file)] for file in files]
+        shard_max_length = manifest["max_length"]
+    else:
+        matches = [SHARD_NAME_PATTERN.search(os.path.basename(file)) for file in files]
+        if not all(matches):
+            raise SystemExit(f"error: cannot count the samples of the shards at {path!r}: there is no "
+                             f"{MANIFEST_NAME}, and not every file is named dataset-INDEX-NUM_SAMPLES.tfrecord.")
+        sizes = [int(match.group(2)) for match in matches]
+        first_record = next(iter(tf.data.TFRecordDataset(files[0]).take(1))).numpy()
+        shard_max_length = len(tf.train.Example.FromString(first_record).features.feature["input_ids"].int64_list.value)
+    if shard_max_length != max_length:
+        raise SystemExit(f"error: the shards at {path!r} hold samples of {shard_max_length} tokens, but "
+                         f"--max_length is {max_length}. Pass --max_length {shard_max_length}, or write new shards.")
+    return files, sizes
+
+
+def batches_per_host(sizes, num_hosts, batch_size):
+    """Full batches that every host can read from its own share of the shards (host i reads shards i, i+n, ...)."""
+    if len(sizes) < num_hosts:
+        raise SystemExit(f"error: {num_hosts} hosts need at least {num_hosts} shard files, one per host, but "
+                         f"there are {len(sizes)}. Write the shards again with a smaller --shard_size.")
+    return min(sum(sizes[host::num_hosts]) for host in range(num_hosts)) // batch_size
+
+
+def mask_tokens(input_ids, seed, *, mask_token_id, special_token_ids, vocab_size, mlm_probability):
+    """Masks a batch of token ids for masked language modelling; returns (masked input ids, labels).
+
+    Each token that is not a special token (padding included) is chosen with probability `mlm_probability`; of
+    the chosen, 80 % become `mask_token_id`, 10 % a random token and 10 % stay unchanged. Labels hold the
+    original id at chosen positions and -100 elsewhere. Stateless random ops make the result a pure function of
+    `seed` (two integers), and every op keeps the input's static shape: safe in tf.data and under XLA.
+    """
+    mask_seed, replace_seed, random_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
+    shape = tf.shape(input_ids)
+    is_special = tf.reduce_any(input_ids[..., tf.newaxis] == special_token_ids, axis=-1)
+    chosen = ~is_special & (tf.random.stateless_uniform(shape, mask_seed) < mlm_probability)
+    replace_draw = tf.random.stateless_uniform(shape, replace_seed)
+    random_ids = tf.random.stateless_uniform(shape, random_seed, maxval=vocab_size, dtype=input_ids.dtype)
+    masked_ids = tf.where(chosen & (replace_draw < 0.8), tf.cast(mask_token_id, input_ids.dtype), input_ids)
+    masked_ids = tf.where(chosen & (replace_draw >= 0.8) & (replace_draw < 0.9), random_ids, masked_ids)
+    labels = tf.where(chosen, input_ids, tf.constant(-100, input_ids.dtype))
+    return masked_ids, labels
+
+
+def make_dataset(files, input_context, *, batch_size, max_length, masking, seed, training,
+                 shuffle_buffer_size=None, num_batches=None):
+    """One host's input pipeline: its shards, read in parallel, (shuffled,) batched, parsed and masked.
+
+    `batch_size` is per replica. Training data repeats without end (fit stops after the steps it was asked
+    for); evaluation data reads the shards in a fixed order, `num_batches` batches, each masked from
+    (seed, batch index) so that every evaluation sees the same masks.
+    """
+    files = tf.data.Dataset.from_tensor_slices(files)
+    files = files.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    if training:
+        files = files.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
+    records = files.interleave(tf.data.TFRecordDataset, cycle_length=8, num_parallel_calls=tf.data.AUTOTUNE,
+                               deterministic=not training)
+    if training:
+        records = records.shuffle(shuffle_buffer_size, seed=seed)
+    batches = records.batch(batch_size, drop_remainder=True)  # One static batch shape, as XLA wants.
+    if num_batches is not None:
+        batches = batches.take(num_batches)
+
+    features = {name: tf.io.FixedLenFeature([max_length], tf.int64) for name in ("input_ids", "attention_mask")}
+
+    def parse_and_mask(index, serialized):
+        batch = {name: tf.cast(value, tf.int32) for name, value in tf.io.parse_example(serialized, features).items()}
+        batch["input_ids"], batch["labels"] = mask_tokens(
+            batch["input_ids"], tf.stack([tf.constant(seed, tf.int64), index]), **masking)
+        return batch
+
+    return batches.enumerate().map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Model and training step
+
+
+def load_config(args, tokenizer):
+    """The model config: --pretrained_model_config, --config_overrides, and the tokenizer's vocabulary and ids."""
+    try:
+        config = AutoConfig.from_pretrained(args.pretrained_model_config)
+    except OSError as err:
+        raise SystemExit(f"error: cannot load the model config {args.pretrained_model_config!r}: {err}\n"
+                         "Pass a Hub model id (online), or a local folder holding config.json, or a config file."
+                         ) from err
+    if args.config_overrides:
+        try:
+            config.update_from_string(args.config_overrides)
+        except ValueError as err:
+            raise SystemExit(f"error: bad --config_overrides {args.config_overrides!r}: {err}") from err
+    config.vocab_size = len(tokenizer)
+    config.pad_token_id = tokenizer.pad_token_id
+    config.bos_token_id = tokenizer.bos_token_id
+    config.eos_token_id = tokenizer.eos_token_id
+    offset = config.pad_token_id + 1 if config.model_type in MODELS_WITH_POSITION_OFFSET else 0
+    if args.max_length + offset > config.max_position_embeddings:
+        raise SystemExit(
+            f"error: --max_length {args.max_length} needs {args.max_length + offset} position embeddings, but the "
+            f"config has max_position_embeddings={config.max_position_embeddings}. Lower --max_length, or add "
+            f"max_position_embeddings={args.max_length + offset} to --config_overrides.")
+    return config
+
+
+class Perplexity(keras.metrics.Mean):
+    """exp(mean cross-entropy per masked token), over every batch since the metric was last reset."""
+
+    def result(self):
+        return tf.exp(super().result())
+
+
+class MaskedLMTrainer(keras.Model):
+    """Trains a 🤗 TF…ForMaskedLM with model.fit, with loss and metrics over masked positions only.
+
+    The loss of a step is the sum of the cross-entropy at every masked position of the global batch, divided by
+    the number of masked positions in the global batch (an all-reduce across replicas), so replicas that draw
+    more masks weigh more, exactly as if one device had run the whole batch.
+
+    Gradient accumulation splits each replica's batch into micro-batches inside the step and adds up their
+    gradients in a loop with a fixed trip count: no branch on tensor values, and one optimizer step per
+    training step, so the step counter, the schedule and the checkpoints all count optimizer steps.
+
+    With `jit_compile`, the forward and backward passes are compiled with XLA on each replica, while the
+    optimizer update stays outside: Keras cannot XLA-compile an update of variables mirrored on several devices
+    (keras-team/tf-keras#385), and this way XLA speeds up multi-GPU training too. On TPUs everything is compiled
+    by XLA anyway, so `jit_compile` stays off there.
+    """
+
+    def __init__(self, mlm, gradient_accumulation_steps=1, jit_compile=False):
+        super().__init__()
+        self.mlm = mlm
+        self.gradient_accumulation_steps = gradient_accumulation_steps
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+        self.accuracy_tracker = keras.metrics.Mean(name="masked_accuracy")
+        self.perplexity_tracker = Perplexity(name="perplexity")
+        self.compute_gradients = tf.function(self._compute_gradients, jit_compile=True) if jit_compile \
+            else self._compute_gradients
+        self.masked_lm_sums = tf.function(self._masked_lm_sums, jit_compile=True) if jit_compile \
+            else self._masked_lm_sums
+
+    @property
+    def metrics(self):  # What Keras resets at the start of each epoch and evaluation.
+        return [self.loss_tracker, self.accuracy_tracker, self.perplexity_tracker]
+
+    def call(self, inputs, training=False):
+        return self.mlm(**inputs, training=training).logits
+
+    def _masked_lm_sums(self, batch, training=False):
+        """Summed cross-entropy, correct predictions and count over the masked positions of a batch."""
+        logits = self.mlm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                          training=training).logits
+        logits = tf.cast(logits, tf.float32)  # A softmax over the vocabulary needs float32, even in bfloat16 mode.
+        labels = batch["labels"]
+        is_masked = labels != -100
+        labels = tf.where(is_masked, labels, 0)  # Any valid id: those positions get weight 0 below.
+        weights = tf.cast(is_masked, tf.float32)
+        cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        correct = tf.cast(tf.argmax(logits, axis=-1, output_type=labels.dtype) == labels, tf.float32)
+        return tf.reduce_sum(cross_entropy * weights), tf.reduce_sum(correct * weights), tf.reduce_sum(weights)
+
+    def _compute_gradients(self, batch):
+        """Gradients of the summed masked cross-entropy, accumulated over micro-batches, and the summed stats."""
+        variables = self.mlm.trainable_variables
+        steps = self.gradient_accumulation_steps
+        micro_batches = {name: tf.reshape(value, [steps, -1, value.shape[-1]]) for name, value in batch.items()}
+        gradient_sums = [tf.zeros_like(variable) for variable in variables]
+        stat_sums = tf.zeros([3])
+        for i in tf.range(steps):  # AutoGraph makes this a tf.while_loop with a fixed trip count.
+            micro_batch = {name: value[i] for name, value in micro_batches.items()}
+            with tf.GradientTape() as tape:
+                stats = self._masked_lm_sums(micro_batch, training=True)
+            gradients = tape.gradient(stats[0], variables)
+            gradient_sums = [total + tf.convert_to_tensor(gradient)
+                             for total, gradient in zip(gradient_sums, gradients)]
+            stat_sums += tf.stack(stats)
+        return gradient_sums, tf.unstack(stat_sums)
+
+    def train_step(self, batch):
+        gradient_sums, (cross_entropy_sum, correct, count) = self.compute_gradients(batch)
+        global_count = tf.distribute.get_replica_context().all_reduce("sum", count)
+        # Replica gradients are summed by the optimizer: dividing by the global count makes that sum the gradient
+        # of the mean over every masked position of the global batch.
+        gradients = [gradient / tf.maximum(global_count, 1.0) for gradient in gradient_sums]
+        self.optimizer.apply_gradients(zip(gradients, self.mlm.trainable_variables))
+        return self._update_metrics(cross_entropy_sum, correct, count)
+
+    def test_step(self, batch):
+        return self._update_metrics(*self.masked_lm_sums(batch))
+
+    def _update_metrics(self, cross_entropy_sum, correct, count):
+        mean_cross_entropy = tf.math.divide_no_nan(cross_entropy_sum, count)
+        self.loss_tracker.update_state(mean_cross_entropy, sample_weight=count)
+        self.perplexity_tracker.update_state(mean_cross_entropy, sample_weight=count)
+        self.accuracy_tracker.update_state(tf.math.divide_no_nan(correct, count), sample_weight=count)
+        return {metric.name: metric.result() for metric in self.metrics}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Callbacks
+
+
+class CheckpointEvery(keras.callbacks.Callback):
+    """Saves a checkpoint every `checkpoint_interval` steps, and stops training at a NaN or infinite loss.
+
+    A checkpoint of a diverged model would be useless to resume from, so none is saved once the loss is not
+    finite: the last one saved before stays the one to resume from.
+    """
+
+    def __init__(self, manager):
+        super().__init__()
+        self.manager = manager
+        self.diverged_at_step = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not math.isfinite(float(logs["loss"])):
+            self.diverged_at_step = int(self.model.optimizer.iterations.numpy())
+            self.model.stop_training = True
+        else:
+            self.manager.save(checkpoint_number=self.model.optimizer.iterations, check_interval=True)
+
+
+class TensorBoardLogger(keras.callbacks.Callback):
+    """Writes train and eval metrics (and the learning rate) to TensorBoard, at the optimizer step they belong to."""
+
+    def __init__(self, log_dir, learning_rate_schedule):
+        super().__init__()
+        self.learning_rate_schedule = learning_rate_schedule
+        self.writers = {part: tf.summary.create_file_writer(os.path.join(log_dir, part)) for part in ("train", "eval")}
+
+    def write(self, part, metrics, step):
+        with self.writers[part].as_default(step=step):
+            for name, value in metrics.items():
+                tf.summary.scalar(name, value)
+            if part == "train":
+                tf.summary.scalar("learning_rate", self.learning_rate_schedule(step))
+        self.writers[part].flush()
+
+    def on_epoch_end(self, epoch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        self.write("train", {k: v for k, v in logs.items() if not k.startswith("val_")}, step)
+        self.write("eval", {k[len("val_"):]: v for k, v in logs.items() if k.startswith("val_")}, step)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Output
+
+
+def write_model_card(output_dir, args, results):
+    """A README.md for the Hub: what was trained, on what, for how long, and how well."""
+    eval_lines = "\n".join(f"| {name} | {value:.4f} |" for name, value in results.get("final_eval", {}).items())
+    card = f"""---
+library_name: transformers
+tags: [fill-mask, tensorflow, masked-lm]
+---
+
+# {os.path.basename(os.path.abspath(output_dir))}
+
+A {results['model_type']} masked language model pre-trained from scratch with TensorFlow
+(`run_mlm.py` of a TF + 🤗 Transformers TPU pre-training pipeline).
+
+- Training data: `{args.train_dataset}`, {results['train_samples']} samples of {args.max_length} tokens
+- Evaluation data: `{args.eval_dataset}`
+- Tokenizer: `{args.tokenizer}`, vocabulary of {results['vocab_size']}
+- Architecture: `{args.pretrained_model_config}` with overrides `{args.config_overrides or 'none'}`
+- Steps: {results['step']} at a global batch of {results['global_batch_size']} samples
+  ({results['num_replicas']} replicas), learning rate {args.learning_rate}, weight decay {args.weight_decay_rate}
+
+## Final evaluation (masked positions only)
+
+| metric | value |
+|---|---|
+{eval_lines or '| (no evaluation data) | |'}
+
+## Use
+
+```python
+from transformers import pipeline
+
+unmasker = pipeline("fill-mask", model="PATH_OR_HUB_ID", framework="tf", dtype=None)
+print(unmasker("The capital of France is <mask>."))
+```
+"""
+    with open(os.path.join(output_dir, "README.md"), "w") as f:
+        f.write(card)
+
+
+def main():
+    args = parse_args()
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    split_cpu(args.num_cpu_replicas)
+    keras.utils.set_random_seed(args.seed)
+
+    # Check the data and the config before building anything, so that mistakes cost seconds, not minutes.
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
+        raise SystemExit(f"error: the tokenizer {args.tokenizer!r} has no mask or pad token; "
+                         "train one with train_unigram.py.")
+    config = load_config(args, tokenizer)
+    train_files, train_sizes = find_shards(args.train_dataset, args.max_length)
+    eval_files, eval_sizes = find_shards(args.eval_dataset, args.max_length) if args.eval_dataset else (None, None)
+
+    strategy, on_tpu = choose_strategy(args)
+    if args.bfloat16:
+        keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    num_hosts = count_hosts(strategy)
+    replicas_per_host = strategy.num_replicas_in_sync // num_hosts
+    batch_per_replica_step = args.per_replica_batch_size * args.gradient_accumulation_steps
+    global_batch_size = batch_per_replica_step * strategy.num_replicas_in_sync
+    steps_per_epoch = batches_per_host(train_sizes, num_hosts, batch_per_replica_step) // replicas_per_host
+    if steps_per_epoch == 0:
+        raise SystemExit(f"error: the {sum(train_sizes)} training samples do not fill one global batch of "
+                         f"{global_batch_size}. Lower --per_replica_batch_size, or prepare more data.")
+    total_steps = args.max_steps or args.num_epochs * steps_per_epoch
+    eval_every = args.eval_every_steps or steps_per_epoch
+    eval_steps = None
+    if eval_files:
+        eval_steps = batches_per_host(eval_sizes, num_hosts, args.per_replica_batch_size) // replicas_per_host
+        if eval_steps == 0:
+            raise SystemExit(f"error: the {sum(eval_sizes)} evaluation samples do not fill one global batch of "
+                             f"{args.per_replica_batch_size * strategy.num_replicas_in_sync}.")
+    jit_compile = not on_tpu
+    logger.info("Strategy: %s with %d replica(s) on %d host(s); global batch %d (%d per replica x %d replicas x %d "
+                "accumulation steps); XLA %s; %s", type(strategy).__name__, strategy.num_replicas_in_sync, num_hosts,
+                global_batch_size, args.per_replica_batch_size, strategy.num_replicas_in_sync,
+                args.gradient_accumulation_steps, "on" if jit_compile else "implicit (TPU)",
+                "bfloat16 mixed precision" if args.bfloat16 else "float32")
+    logger.info("Training: %d samples in %d shards, %d steps per epoch, %d steps in all; evaluation: %s",
+                sum(train_sizes), len(train_files), steps_per_epoch, total_steps,
+                f"{sum(eval_sizes)} samples, {eval_steps} steps" if eval_files else "none")
+
+    checkpoint_dir = os.path.join(args.output_dir, "checkpoints")
+    if tf.io.gfile.exists(args.output_dir) and tf.io.gfile.listdir(args.output_dir):
+        if args.overwrite:
+            for part in ("checkpoints", "logs"):
+                if tf.io.gfile.exists(os.path.join(args.output_dir, part)):
+                    tf.io.gfile.rmtree(os.path.join(args.output_dir, part))
+        elif not tf.train.latest_checkpoint(checkpoint_dir):
+            raise SystemExit(f"error: the output folder {args.output_dir!r} is not empty and holds no checkpoint to "
+                             "resume from. Choose another --output_dir, or pass --overwrite to start over there.")
+
+    warmup_steps = args.warmup_steps if args.warmup_steps is not None else int(args.warmup_ratio * total_steps)
+    if warmup_steps >= total_steps:
+        raise SystemExit(f"error: {warmup_steps} warmup steps leave nothing of the {total_steps} training steps.")
+    with strategy.scope():
+        mlm = TFAutoModelForMaskedLM.from_config(config)
+        mlm.build_in_name_scope()  # Create the weights now, with the standard names that save_pretrained expects.
+        optimizer, schedule = create_optimizer(init_lr=args.learning_rate, num_train_steps=total_steps,
+                                               num_warmup_steps=warmup_steps,
+                                               weight_decay_rate=args.weight_decay_rate)
+        trainer = MaskedLMTrainer(mlm, args.gradient_accumulation_steps, jit_compile)
+        trainer.compile(optimizer=optimizer, steps_per_execution=args.steps_per_execution)
+        checkpoint = tf.train.Checkpoint(model=mlm, optimizer=optimizer)
+        manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=3,
+                                             step_counter=optimizer.iterations,
+                                             checkpoint_interval=args.checkpoint_every_steps)
+        if manager.latest_checkpoint:
+            checkpoint.restore(manager.latest_checkpoint)
+            logger.info("Resuming from %s, at step %d", manager.latest_checkpoint, int(optimizer.iterations.numpy()))
+    logger.info("Model: %s with %.1fM parameters", config.model_type, mlm.count_params() / 1e6)
+
+    masking = dict(mask_token_id=tokenizer.mask_token_id, special_token_ids=tokenizer.all_special_ids,
+                   vocab_size=len(tokenizer), mlm_probability=args.mlm_probability)
+
+    def distributed(files, seed, batch_size, **kwargs):
+        return strategy.distribute_datasets_from_function(lambda input_context: make_dataset(
+            files, input_context, batch_size=batch_size, max_length=args.max_length, masking=masking, seed=seed,
+            **kwargs))
+
+    def eval_data():
+        return distributed(eval_files, args.seed, args.per_replica_batch_size, training=False,
+                           num_batches=eval_steps * replicas_per_host)
+
+    tensorboard = TensorBoardLogger(os.path.join(args.output_dir, "logs"), schedule)
+    checkpointing = CheckpointEvery(manager)
+    results = {"step_0_eval": None}
+    step = int(optimizer.iterations.numpy())
+    if step == 0 and eval_files:
+        results["step_0_eval"] = trainer.evaluate(eval_data(), steps=eval_steps, return_dict=True, verbose=0)
+        tensorboard.write("eval", results["step_0_eval"], 0)
+        logger.info("Evaluation before training: %s", format_metrics(results["step_0_eval"]))
+
+    start_time = time.perf_counter()
+    first_step = step
+    while step < total_steps and checkpointing.diverged_at_step is None:
+        # Training runs in rounds of eval_every steps, one fit call each, ending with an evaluation. Each round
+        # gets a dataset seeded by its first step, so a round (an epoch by default) reads a fresh shuffle of the
+        # data, and a resumed run does not replay the data or masks the interrupted run began with.
+        round_steps = min(eval_every - step % eval_every, total_steps - step)
+        logger.info("Steps %d to %d of %d", step + 1, step + round_steps, total_steps)
+        history = trainer.fit(
+            distributed(train_files, args.seed + step, batch_per_replica_step, training=True,
+                        shuffle_buffer_size=args.shuffle_buffer_size),
+            steps_per_epoch=round_steps, epochs=1,
+            validation_data=eval_data() if eval_files else None, validation_steps=eval_steps,
+            callbacks=[checkpointing, tensorboard], verbose=1 if sys.stdout.isatty() else 2)
+        step = int(optimizer.iterations.numpy())
+        logger.info("Step %d: %s", step, format_metrics({k: v[-1] for k, v in history.history.items()}))
+        results["final_train"] = {k: v[-1] for k, v in history.history.items() if not k.startswith("val_")}
+        if eval_files:
+            results["final_eval"] = {k[4:]: v[-1] for k, v in history.history.items() if k.startswith("val_")}
+
+    if checkpointing.diverged_at_step is not None:
+        raise SystemExit(f"error: the loss became NaN or infinite at step {checkpointing.diverged_at_step}. The "
+                         f"last good checkpoint, {manager.latest_checkpoint}, is kept. Lower --learning_rate or "
+                         "raise --warmup_steps, then run the same command again to resume from it.")
+    if step > first_step:
+        if not (manager.latest_checkpoint or "").endswith(f"-{step}"):
+            manager.save(checkpoint_number=step)  # The final step, whatever the checkpoint interval.
+        seconds = time.perf_counter() - start_time
+        logger.info("Trained %d steps in %.0f s (%.1f samples/s)", step - first_step, seconds,
+                    (step - first_step) * global_batch_size / seconds)
+
+    results.update(step=step, model_type=config.model_type, vocab_size=config.vocab_size,
+                   train_samples=sum(train_sizes), global_batch_size=global_batch_size,
+                   num_replicas=strategy.num_replicas_in_sync)
+    mlm.save_pretrained(args.output_dir)
+    tokenizer.save_pretrained(args.output_dir)
+    with open(os.path.join(args.output_dir, "training_results.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    write_model_card(args.output_dir, args, results)
+    logger.info("Model, tokenizer and model card saved to %s", args.output_dir)
+    if args.hub_model_id:
+        logger.info("Pushed to %s", push_folder_to_hub(args.output_dir, args.hub_model_id,
+                                                       f"Pre-trained for {step} steps"))
+
+
+def format_metrics(metrics):
+    return ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
+
+
+if __name__ == "__main__":
+    main()
