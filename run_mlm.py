@@ -513,9 +513,9 @@ def main():
     if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
         raise SystemExit(f"error: the tokenizer {args.tokenizer!r} has no mask or pad token; "
                          "train one with train_unigram.py.")
-    config = load_config(args, tokenizer)
     train_files, train_sizes = find_shards(args.train_dataset, args.max_length)
     eval_files, eval_sizes = find_shards(args.eval_dataset, args.max_length) if args.eval_dataset else (None, None)
+    config = load_config(args, tokenizer)
 
     strategy, on_tpu = choose_strategy(args)
     if args.bfloat16:
@@ -548,10 +548,13 @@ def main():
 
     checkpoint_dir = os.path.join(args.output_dir, "checkpoints")
     if tf.io.gfile.exists(args.output_dir) and tf.io.gfile.listdir(args.output_dir):
-        if args.overwrite:
-            for part in ("checkpoints", "logs"):
-                if tf.io.gfile.exists(os.path.join(args.output_dir, part)):
-                    tf.io.gfile.rmtree(os.path.join(args.output_dir, part))
+        if args.overwrite:  # Start over: clear what a run would otherwise resume from or add to.
+            for name in ("checkpoints", "logs", "training_results.json"):
+                path = os.path.join(args.output_dir, name)
+                if tf.io.gfile.isdir(path):
+                    tf.io.gfile.rmtree(path)
+                elif tf.io.gfile.exists(path):
+                    tf.io.gfile.remove(path)
         elif not tf.train.latest_checkpoint(checkpoint_dir):
             raise SystemExit(f"error: the output folder {args.output_dir!r} is not empty and holds no checkpoint to "
                              "resume from. Choose another --output_dir, or pass --overwrite to start over there.")
@@ -590,12 +593,23 @@ def main():
 
     tensorboard = TensorBoardLogger(os.path.join(args.output_dir, "logs"), schedule)
     checkpointing = CheckpointEvery(manager)
-    results = {"step_0_eval": None}
+    # Metrics so far, kept beside the checkpoints so that a resumed run still knows where training started.
+    results_path = os.path.join(args.output_dir, "training_results.json")
+    results = {}
     step = int(optimizer.iterations.numpy())
+    if step > 0 and tf.io.gfile.exists(results_path):
+        with tf.io.gfile.GFile(results_path) as f:
+            results = json.load(f)
+
+    def save_results():
+        with tf.io.gfile.GFile(results_path, "w") as f:
+            json.dump(results, f, indent=2)
+
     if step == 0 and eval_files:
         results["step_0_eval"] = trainer.evaluate(eval_data(), steps=eval_steps, return_dict=True, verbose=0)
         tensorboard.write("eval", results["step_0_eval"], 0)
         logger.info("Evaluation before training: %s", format_metrics(results["step_0_eval"]))
+        save_results()
 
     start_time = time.perf_counter()
     first_step = step
@@ -616,6 +630,8 @@ def main():
         results["final_train"] = {k: v[-1] for k, v in history.history.items() if not k.startswith("val_")}
         if eval_files:
             results["final_eval"] = {k[4:]: v[-1] for k, v in history.history.items() if k.startswith("val_")}
+        results["step"] = step
+        save_results()
 
     if checkpointing.diverged_at_step is not None:
         raise SystemExit(f"error: the loss became NaN or infinite at step {checkpointing.diverged_at_step}. The "
@@ -623,7 +639,7 @@ def main():
                          "raise --warmup_steps, then run the same command again to resume from it.")
     if step > first_step:
         if not (manager.latest_checkpoint or "").endswith(f"-{step}"):
-            manager.save(checkpoint_number=step)  # The final step, whatever the checkpoint interval.
+            manager.save(checkpoint_number=step, check_interval=False)  # The final step, whatever the interval.
         seconds = time.perf_counter() - start_time
         logger.info("Trained %d steps in %.0f s (%.1f samples/s)", step - first_step, seconds,
                     (step - first_step) * global_batch_size / seconds)
@@ -633,8 +649,7 @@ def main():
                    num_replicas=strategy.num_replicas_in_sync)
     mlm.save_pretrained(args.output_dir)
     tokenizer.save_pretrained(args.output_dir)
-    with open(os.path.join(args.output_dir, "training_results.json"), "w") as f:
-        json.dump(results, f, indent=2)
+    save_results()
     write_model_card(args.output_dir, args, results)
     logger.info("Model, tokenizer and model card saved to %s", args.output_dir)
     if args.hub_model_id:

@@ -62,9 +62,14 @@ Quirks the proxy fixes (each found by running TensorFlow against the emulator)
   "public host" (``storage.googleapis.com`` by default); with
   ``Host: 127.0.0.1:PORT`` it would take the host for a bucket name. So the
   proxy forwards the original ``Host`` header unchanged.
-* **``Expect: 100-continue``.** libcurl sends it before large request bodies
-  and waits up to a second for ``100 Continue``. The proxy answers it at once
-  so big uploads don't stall.
+* **``Expect: 100-continue``.** TensorFlow's upload requests carry it, and
+  libcurl then waits up to a second for ``100 Continue`` before sending the
+  body. The proxy answers it at once so uploads don't stall.
+* **Chunked *and* ``Content-Length``.** TensorFlow's upload ``PUT`` sends
+  ``Transfer-Encoding: chunked`` together with a ``Content-Length``. HTTP
+  says chunked wins (RFC 9112, section 6.3), so the proxy decodes the chunks
+  and ignores the length. ``tf.io.gfile`` never reuses a connection: every
+  request is a new ``CONNECT`` and TLS handshake (about 40 ms each here).
 
 The JSON bodies the emulator returns contain ``selfLink``/``mediaLink`` URLs
 pointing at ``http://127.0.0.1:PORT``. TensorFlow never follows them (it builds
@@ -73,27 +78,42 @@ every URL itself), so bodies are passed through unchanged.
 How TensorFlow reports a missing bucket or object (TensorFlow 2.21)
 -------------------------------------------------------------------
 
-Errors are ``tf.errors.OpError`` subclasses raised from the gfile call:
+All errors are ``tf.errors.NotFoundError`` (a ``tf.errors.OpError``; the
+Python class is ``tensorflow.python.framework.errors_impl.NotFoundError``):
 
-* writing ``gs://missing-bucket/x`` with ``tf.io.gfile.GFile(..., "wb")``:
-  the write itself only buffers into a local temp file; ``close()`` (the end
-  of the ``with`` block) raises ``tf.errors.NotFoundError`` whose message
-  contains ``Could not upload gs://missing-bucket/x`` ... ``404``.
-* ``tf.io.gfile.makedirs("gs://missing-bucket/d")``: ``NotFoundError``
-  ("The specified bucket gs://missing-bucket was not found.").
-* ``tf.io.gfile.exists`` returns ``False`` for a missing bucket or object
-  (no exception); ``tf.io.gfile.glob`` returns ``[]``.
-* reading a missing object (``GFile(...,"rb").read()``, ``TFRecordDataset``):
-  ``tf.errors.NotFoundError`` whose message contains
-  ``"Error executing an HTTP request: HTTP response code 404"`` and the
-  object path.
+* writing ``gs://missing-bucket/x`` with ``tf.io.gfile.GFile(..., "wb")`` or
+  ``tf.io.TFRecordWriter``: ``write()`` only buffers into a local temporary
+  file, the error comes from ``close()`` (the end of the ``with`` block):
+  ``Error executing an HTTP request: HTTP response code 404 with body '{...}'
+  when initiating an upload to gs://missing-bucket/x``.
+* ``tf.io.gfile.glob("gs://missing-bucket/*")``: ``NotFoundError`` (... 404
+  ... ``when reading gs://missing-bucket/``); ``listdir``: ``Could not find
+  directory gs://missing-bucket/``.
+* ``tf.io.gfile.exists`` returns ``False`` for a missing bucket or object.
+* opening a missing object with ``GFile(..., "rb")`` (or ``stat``):
+  ``The specified path gs://bucket/missing was not found.``
+* ``tf.data.TFRecordDataset`` over a missing object, when iterated:
+  ``Error executing an HTTP request: HTTP response code 404 with body 'Not
+  Found' when reading gs://bucket/missing``.
+* ``remove``/``rename`` of a missing object: ``... 404 ... when deleting
+  gs://bucket/missing`` / ``when renaming ...``.
+* **``tf.io.gfile.makedirs("gs://missing-bucket/dir")`` never returns.** It
+  walks up the path, and for the bucket root it asks ``GET /storage/v1/b/
+  missing-bucket`` (404) again and again, about 20 times a second, forever.
+  The same hang is reported against real GCS (tensorflow/hub issue 261).
+  Code that creates output folders should check the bucket first:
+  ``tf.io.gfile.exists("gs://bucket")`` is ``True`` for an existing bucket
+  and ``False`` for a missing one.
 
-google-cloud-storage raises ``google.api_core.exceptions.NotFound`` (HTTP 404)
-for both ``client.get_bucket("missing")`` and ``blob.download_as_bytes()`` of a
-missing object; ``client.bucket(...)``/``bucket.blob(...)`` never raise (they
-make no request), and ``blob.exists()``/``bucket.exists()`` return ``False``.
+google-cloud-storage raises ``google.api_core.exceptions.NotFound`` (HTTP 404,
+message like ``404 GET http://127.0.0.1:PORT/storage/v1/b/missing?...: Not
+Found``) from ``client.get_bucket``, ``client.list_blobs``,
+``blob.download_as_bytes``, ``blob.upload_from_string`` (missing bucket) and
+``blob.delete``. ``client.lookup_bucket`` and ``bucket.get_blob`` return
+``None``; ``bucket.exists()`` and ``blob.exists()`` return ``False``;
+``client.bucket(...)`` and ``bucket.blob(...)`` make no request and never raise.
 
-``tests/test_gcs_emulator.py`` checks all of the above.
+``tests/test_gcs_emulator.py`` checks the main cases above.
 
 Usage
 =====
@@ -614,7 +634,12 @@ class InterceptingProxy:
 
     def _forward_one(self, reader: BinaryIO, client: ssl.SSLSocket, host: str) -> bool:
         """Forward one request and its response. Return whether to keep the connection."""
-        request_line = reader.readline(_MAX_HEAD_BYTES)
+        try:
+            request_line = reader.readline(_MAX_HEAD_BYTES)
+        except (TimeoutError, ConnectionError, ssl.SSLEOFError):
+            # Idle too long, or the client went away between two requests:
+            # normal for keep-alive connections, so not an error.
+            raise _ClientClosed from None
         if not request_line:
             raise _ClientClosed
         try:
@@ -994,6 +1019,12 @@ class GcsEmulator:
         if self._port is None:
             raise EmulatorError("the emulator is not running; call start() first")
         return self._port
+
+    @property
+    def pid(self) -> int:
+        """The process id of fake-gcs-server."""
+        self._require_running()
+        return self._process.pid
 
     @property
     def endpoint(self) -> str:

@@ -1,0 +1,45 @@
+# Set-up and entry points. `make demo` runs the whole pipeline on a small model; `make test` runs the tests.
+# Both create .venv from the requirements files the first time (and again when those files change).
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# A folder holding train.txt and validation.txt, to run the demo on local files instead of the Hub's WikiText.
+DATA ?=
+OUT ?= demo-output
+
+.PHONY: demo test clean
+
+$(VENV)/.installed: requirements.txt requirements-test.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements-test.txt
+	touch $@
+
+ifdef DATA
+TOKENIZER_DATA := --train_file $(DATA)/train.txt
+SHARD_DATA := --train_file $(DATA)/train.txt --validation_file $(DATA)/validation.txt
+else
+TOKENIZER_DATA := --dataset_name Salesforce/wikitext --dataset_config wikitext-2-raw-v1
+SHARD_DATA := --dataset_name Salesforce/wikitext --dataset_config wikitext-2-raw-v1 --split train validation
+endif
+
+demo: $(VENV)/.installed
+	$(BIN)/python train_unigram.py $(TOKENIZER_DATA) --vocab_size 8000 --output_dir $(OUT)/tokenizer --overwrite
+	$(BIN)/python prepare_tfrecord_shards.py $(SHARD_DATA) --tokenizer_name_or_path $(OUT)/tokenizer \
+		--max_length 128 --output_dir $(OUT)/tfrecords --overwrite
+	$(BIN)/python run_mlm.py --train_dataset $(OUT)/tfrecords/train --eval_dataset $(OUT)/tfrecords/validation \
+		--tokenizer $(OUT)/tokenizer --pretrained_model_config configs/roberta-base.json \
+		--config_overrides hidden_size=128,num_hidden_layers=2,num_attention_heads=2,intermediate_size=512 \
+		--max_length 128 --per_replica_batch_size 32 --max_steps 1200 --eval_every_steps 400 \
+		--learning_rate 1e-3 --warmup_steps 100 --checkpoint_every_steps 200 --output_dir $(OUT)/model --overwrite
+	$(BIN)/python -c 'from transformers import pipeline; \
+		fill = pipeline("fill-mask", model="$(OUT)/model", framework="tf", dtype=None); \
+		[print(text, "->", [(p["token_str"], round(p["score"], 3)) for p in fill(text)]) for text in \
+		 ["The game was released in <mask> 2011 .", "He was born in the <mask> of London .", "The <mask> is a species of bird ."]]'
+
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest tests
+
+clean:
+	rm -rf $(OUT)

@@ -1,0 +1,51 @@
+"""Shared set-up for the tests: an offline environment, and the expensive artifacts (a tokenizer, a set of shards,
+a tiny model config) built once per session from a slice of the real WikiText-2 in ../shared/data."""
+
+import os
+import tempfile
+
+# Before anything imports 🤗 libraries or TensorFlow: no network, an empty cache of our own, quiet TensorFlow.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="hf-home-")
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+os.environ["TOKENIZERS_PARALLELISM"] = "true"
+
+import pytest  # noqa: E402
+
+from helpers import WIKITEXT, run_script  # noqa: E402
+
+# Small enough to keep the suite fast, large enough for dozens of shards.
+TOKENIZER_LINES = 3000
+SHARD_LINES = 1500
+MAX_LENGTH = 64
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory):
+    """A Unigram tokenizer trained by train_unigram.py on the first lines of WikiText-2 train."""
+    output_dir = tmp_path_factory.mktemp("tokenizer") / "tokenizer"
+    run_script("train_unigram.py", "--train_file", WIKITEXT / "train.txt", "--limit", TOKENIZER_LINES,
+               "--vocab_size", 1000, "--output_dir", output_dir)
+    return output_dir
+
+
+@pytest.fixture(scope="session")
+def shards_dir(tokenizer_dir, tmp_path_factory):
+    """Train and validation shards written by prepare_tfrecord_shards.py: samples of MAX_LENGTH tokens."""
+    output_dir = tmp_path_factory.mktemp("shards") / "tfrecords"
+    run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
+               "--train_file", WIKITEXT / "train.txt", "--validation_file", WIKITEXT / "validation.txt",
+               "--limit", SHARD_LINES, "--max_length", MAX_LENGTH, "--shard_size", 100, "--output_dir", output_dir)
+    return output_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_config_dir(tmp_path_factory):
+    """A tiny RoBERTa config saved locally, standing in for a Hub id such as FacebookAI/roberta-base."""
+    from transformers import RobertaConfig
+
+    config_dir = tmp_path_factory.mktemp("tiny-roberta")
+    RobertaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                  max_position_embeddings=MAX_LENGTH + 2).save_pretrained(config_dir)
+    return config_dir

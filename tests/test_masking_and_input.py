@@ -1,0 +1,128 @@
+"""The masking step and the input pipeline of run_mlm.py, run in this process on a CPU."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import MAX_LENGTH
+from run_mlm import find_shards, make_dataset, mask_tokens
+
+VOCAB_SIZE = 1000
+SPECIAL_IDS = [0, 1, 2, 3, 4]  # <s>, <pad>, </s>, <unk>, <mask>, as train_unigram.py lays them out.
+MASK_ID = 4
+MASKING = dict(mask_token_id=MASK_ID, special_token_ids=SPECIAL_IDS, vocab_size=VOCAB_SIZE, mlm_probability=0.15)
+
+
+@pytest.fixture(scope="module")
+def batch():
+    """A large batch of real-looking rows: <s> words </s>, then padding on a random tail of each row."""
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, VOCAB_SIZE, size=(1024, 128))
+    ids[:, 0], ids[:, 63], ids[:, 64] = 0, 2, 0  # Two documents per row.
+    lengths = rng.integers(70, 129, size=1024)
+    ids[np.arange(128) >= lengths[:, None]] = 1
+    ids[:, 1::17] = 3  # Some <unk> too.
+    return tf.constant(ids, tf.int32)
+
+
+def test_rates_of_masking_and_replacement(batch):
+    masked, labels = mask_tokens(batch, tf.constant([1, 2], tf.int64), **MASKING)
+    ids, masked, labels = batch.numpy(), masked.numpy(), labels.numpy()
+    candidates = ~np.isin(ids, SPECIAL_IDS)
+    chosen = labels != -100
+    assert abs(chosen.sum() / candidates.sum() - 0.15) < 0.005  # About 100k candidates: a 0.1 % standard error.
+    to_mask = masked[chosen] == MASK_ID
+    unchanged = masked[chosen] == ids[chosen]
+    randomized = ~to_mask & ~unchanged
+    assert abs(to_mask.mean() - 0.8) < 0.01
+    assert abs(randomized.mean() - 0.1) < 0.01
+    assert abs(unchanged.mean() - 0.1) < 0.01  # A random draw equal to the original counts here: 1 in 1000.
+    assert masked[chosen][randomized].min() >= 0 and masked[chosen][randomized].max() < VOCAB_SIZE
+
+
+def test_special_tokens_and_padding_are_never_masked(batch):
+    masked, labels = mask_tokens(batch, tf.constant([3, 4], tf.int64), **MASKING)
+    ids, masked, labels = batch.numpy(), masked.numpy(), labels.numpy()
+    special = np.isin(ids, SPECIAL_IDS)
+    assert (labels[special] == -100).all()
+    assert (masked[special] == ids[special]).all()
+    assert (masked[~special] != MASK_ID).sum() > 0
+
+
+def test_labels_hold_the_original_tokens_exactly_where_chosen(batch):
+    masked, labels = mask_tokens(batch, tf.constant([5, 6], tf.int64), **MASKING)
+    ids, masked, labels = batch.numpy(), masked.numpy(), labels.numpy()
+    chosen = labels != -100
+    assert (labels[chosen] == ids[chosen]).all()
+    assert (masked[~chosen] == ids[~chosen]).all()  # Nothing changes where there is no label.
+    assert masked.dtype == ids.dtype and masked.shape == ids.shape
+
+
+def test_masks_are_a_function_of_the_seed(batch):
+    first = mask_tokens(batch, tf.constant([7, 8], tf.int64), **MASKING)
+    again = mask_tokens(batch, tf.constant([7, 8], tf.int64), **MASKING)
+    other = mask_tokens(batch, tf.constant([7, 9], tf.int64), **MASKING)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    assert not np.array_equal(first[1], other[1])
+
+
+def test_masking_compiles_with_xla(batch):
+    # XLA may pick another random-number algorithm than the host does, so compare properties, not values.
+    compiled = tf.function(lambda ids, seed: mask_tokens(ids, seed, **MASKING), jit_compile=True)
+    masked, labels = [t.numpy() for t in compiled(batch, tf.constant([1, 2], tf.int64))]
+    again = compiled(batch, tf.constant([1, 2], tf.int64))[1].numpy()
+    ids = batch.numpy()
+    chosen = labels != -100
+    assert np.array_equal(labels, again)
+    assert (labels[chosen] == ids[chosen]).all() and (masked[~chosen] == ids[~chosen]).all()
+    assert not chosen[np.isin(ids, SPECIAL_IDS)].any()
+    assert abs(chosen.sum() / (~np.isin(ids, SPECIAL_IDS)).sum() - 0.15) < 0.005
+
+
+def input_context():
+    return tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1)
+
+
+def test_evaluation_batches_are_identical_on_every_pass(shards_dir):
+    files, sizes = find_shards(str(shards_dir / "validation"), MAX_LENGTH)
+    dataset = make_dataset(files, input_context(), batch_size=16, max_length=MAX_LENGTH, masking=MASKING,
+                           seed=42, training=False, num_batches=sum(sizes) // 16)
+    assert dataset.element_spec["input_ids"].shape == (16, MAX_LENGTH)  # Static: one shape for XLA.
+    passes = [[{k: v.numpy() for k, v in batch.items()} for batch in dataset] for _ in range(2)]
+    assert len(passes[0]) == sum(sizes) // 16
+    for first, second in zip(*passes):
+        assert all(np.array_equal(first[k], second[k]) for k in ("input_ids", "attention_mask", "labels"))
+    assert len({batch["labels"].tobytes() for batch in passes[0]}) == len(passes[0])  # New masks per batch.
+
+
+def test_training_batches_are_shuffled_masked_and_endless(shards_dir):
+    files, sizes = find_shards(str(shards_dir / "train"), MAX_LENGTH)
+    dataset = make_dataset(files, input_context(), batch_size=8, max_length=MAX_LENGTH, masking=MASKING,
+                           seed=1, training=True, shuffle_buffer_size=500)
+    assert dataset.element_spec["labels"].shape == (8, MAX_LENGTH)
+    num_batches = 2 * sum(sizes) // 8 + 3  # More than two epochs: the data repeats.
+    rows = np.concatenate([batch["labels"].numpy() for batch in dataset.take(num_batches)])
+    assert rows.shape == (num_batches * 8, MAX_LENGTH)
+    assert abs((rows != -100).mean() - 0.15) < 0.03
+    first_rows = [batch["labels"].numpy() for batch in make_dataset(
+        files, input_context(), batch_size=8, max_length=MAX_LENGTH, masking=MASKING, seed=2, training=True,
+        shuffle_buffer_size=500).take(3)]
+    assert not np.array_equal(rows[:24], np.concatenate(first_rows))  # Another seed, another order and masks.
+
+
+def test_each_host_reads_its_own_shards(shards_dir):
+    files, _ = find_shards(str(shards_dir / "validation"), MAX_LENGTH)
+    for host in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=host, num_replicas_in_sync=2)
+        dataset = make_dataset(files, context, batch_size=4, max_length=MAX_LENGTH, masking=MASKING, seed=0,
+                               training=False)
+        # Undo the masking: the labels hold the original token wherever the input was changed.
+        read = {tuple(np.where(batch["labels"] != -100, batch["labels"], batch["input_ids"])[row])
+                for batch in dataset.as_numpy_iterator() for row in range(4)}
+        own_files = files[host::2]  # Host i reads shards i, i + 2, i + 4, ...
+        own_rows = {tuple(row) for file in own_files for row in tf.data.TFRecordDataset(file).map(
+            lambda record: tf.io.parse_single_example(
+                record, {"input_ids": tf.io.FixedLenFeature([MAX_LENGTH], tf.int64)})["input_ids"]
+        ).as_numpy_iterator()}
+        assert read and read <= own_rows
+        assert len(own_rows) - len(read) < 4  # Only the last partial batch is left out.

@@ -1,0 +1,148 @@
+"""run_mlm.py: input checks, choice of strategy, and training end to end (interrupted, resumed, used)."""
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+
+from conftest import MAX_LENGTH
+from helpers import REPO, run_script
+
+
+@pytest.fixture
+def train_args(shards_dir, tokenizer_dir, tiny_config_dir, tmp_path):
+    """Flags for a few quick steps of the tiny model on the session's shards, on the CPU."""
+    return ["--train_dataset", shards_dir / "train", "--eval_dataset", shards_dir / "validation",
+            "--tokenizer", tokenizer_dir, "--pretrained_model_config", tiny_config_dir, "--max_length", MAX_LENGTH,
+            "--per_replica_batch_size", 8, "--learning_rate", 3e-3, "--warmup_steps", 2, "--no_tpu",
+            "--output_dir", tmp_path / "model"]
+
+
+def assert_fails_before_building_the_model(result, *messages):
+    for message in messages:
+        assert message in result.stderr, result.stderr[-3000:]
+    assert "Model:" not in result.stderr
+
+
+def test_missing_or_empty_dataset(train_args, tmp_path):
+    (tmp_path / "empty").mkdir()
+    for path in (tmp_path / "empty", tmp_path / "nowhere"):
+        result = run_script("run_mlm.py", *train_args, "--train_dataset", path, expect_failure=True)
+        assert_fails_before_building_the_model(result, f"no .tfrecord shard found at '{path}'")
+
+
+def test_max_length_must_match_the_shards(train_args):
+    result = run_script("run_mlm.py", *train_args, "--max_length", 128, expect_failure=True)
+    assert_fails_before_building_the_model(
+        result, f"hold samples of {MAX_LENGTH} tokens, but --max_length is 128", f"--max_length {MAX_LENGTH}")
+
+
+def test_shards_of_the_original_example_have_no_manifest(train_args, shards_dir, tmp_path):
+    # Counts then come from the file names, and max_length from the first record.
+    old_style = tmp_path / "old"
+    shutil.copytree(shards_dir / "train", old_style, ignore=shutil.ignore_patterns("manifest.json"))
+    result = run_script("run_mlm.py", *train_args, "--train_dataset", old_style, "--max_length", 128,
+                        expect_failure=True)
+    assert_fails_before_building_the_model(result, f"hold samples of {MAX_LENGTH} tokens")
+    next(old_style.glob("*.tfrecord")).rename(old_style / "extra.tfrecord")
+    result = run_script("run_mlm.py", *train_args, "--train_dataset", old_style, expect_failure=True)
+    assert_fails_before_building_the_model(result, "cannot count the samples", "dataset-INDEX-NUM_SAMPLES")
+
+
+def test_position_embeddings_must_fit_max_length(train_args):
+    result = run_script("run_mlm.py", *train_args, "--config_overrides", f"max_position_embeddings={MAX_LENGTH}",
+                        expect_failure=True)
+    assert_fails_before_building_the_model(
+        result, f"needs {MAX_LENGTH + 2} position embeddings", f"max_position_embeddings={MAX_LENGTH + 2}")
+
+
+def test_bad_config_override_and_unreachable_config(train_args):
+    result = run_script("run_mlm.py", *train_args, "--config_overrides", "hidden_sise=8", expect_failure=True)
+    assert_fails_before_building_the_model(result, "bad --config_overrides 'hidden_sise=8'")
+    result = run_script("run_mlm.py", *train_args, "--pretrained_model_config", "FacebookAI/roberta-base",
+                        expect_failure=True)
+    assert_fails_before_building_the_model(result, "cannot load the model config 'FacebookAI/roberta-base'",
+                                           "local folder holding config.json")
+
+
+def test_a_named_tpu_that_is_not_there_fails_fast(train_args):
+    started = time.perf_counter()
+    result = run_script("run_mlm.py", *train_args, "--tpu_name", "local", expect_failure=True)
+    assert_fails_before_building_the_model(result, "cannot use the TPU 'local'", "--no_tpu")
+    assert time.perf_counter() - started < 60
+
+
+def test_output_dir_with_foreign_files_is_not_overwritten(train_args, tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "results.txt").write_text("from another run")
+    result = run_script("run_mlm.py", *train_args, expect_failure=True)
+    assert_fails_before_building_the_model(result, "is not empty and holds no checkpoint", "--overwrite")
+    assert (tmp_path / "model" / "results.txt").read_text() == "from another run"
+
+
+def checkpoint_steps(model_dir):
+    return sorted(int(path.name.split("-")[1].split(".")[0]) for path in (model_dir / "checkpoints").glob("*.index"))
+
+
+def test_train_interrupt_resume_and_fill_mask(train_args, tmp_path):
+    model_dir = tmp_path / "model"
+    args = [*train_args, "--max_steps", 300, "--eval_every_steps", 150, "--checkpoint_every_steps", 10]
+    command = [sys.executable, str(REPO / "run_mlm.py"), *map(str, args)]
+
+    # Start, and kill the process (as a crash or a preempted machine would) once it has saved a checkpoint.
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not checkpoint_steps(model_dir) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    stderr = process.communicate()[1]
+    assert process.returncode == -signal.SIGKILL, stderr[-3000:]
+    assert "Evaluation before training: loss" in stderr
+    interrupted_at = checkpoint_steps(model_dir)[-1]
+    assert 0 < interrupted_at < 300 and not (model_dir / "tf_model.h5").exists()
+
+    # The same command again resumes from the last checkpoint and trains to the end.
+    result = run_script("run_mlm.py", *args)
+    assert f"Resuming from {model_dir}/checkpoints/ckpt-{interrupted_at}, at step {interrupted_at}" in result.stderr
+    assert "Evaluation before training" not in result.stderr
+    assert f"Steps {interrupted_at + 1} to " in result.stderr
+    assert checkpoint_steps(model_dir)[-1] == 300
+
+    results = json.loads((model_dir / "training_results.json").read_text())
+    assert results["step"] == 300
+    # The optimizer state was saved and restored: the Adam moments are in the checkpoint.
+    saved = dict(tf.train.list_variables(str(model_dir / "checkpoints" / "ckpt-300")))
+    assert saved["optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE"] == []
+    assert any("/.OPTIMIZER_SLOT/optimizer/m/" in name for name in saved)
+    assert tf.train.load_checkpoint(str(model_dir / "checkpoints" / "ckpt-300")).get_tensor(
+        "optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE") == 300
+
+    # Learning shows on held-out data: masked-token accuracy above its value before training.
+    assert results["final_eval"]["masked_accuracy"] > results["step_0_eval"]["masked_accuracy"] + 0.05
+    assert results["final_eval"]["loss"] < results["step_0_eval"]["loss"] - 1
+    assert "| masked_accuracy |" in (model_dir / "README.md").read_text()
+    assert list((model_dir / "logs" / "eval").glob("events.out.tfevents.*"))
+
+    # The saved model serves the fill-mask pipeline in a TensorFlow-only install.
+    code = ("from transformers import pipeline; import json, sys; "
+            f"fill = pipeline('fill-mask', model='{model_dir}', framework='tf', dtype=None); "
+            "json.dump(fill('The game was released in <mask> .'), sys.stdout)")
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    predictions = json.loads(output)
+    assert len(predictions) == 5 and all(0 <= p["score"] <= 1 for p in predictions)
+    assert all(p["sequence"].startswith("The game was released in") for p in predictions)
+
+
+def test_two_cpu_replicas_with_gradient_accumulation_and_bfloat16(train_args, tmp_path):
+    result = run_script("run_mlm.py", *train_args, "--num_cpu_replicas", 2, "--gradient_accumulation_steps", 2,
+                        "--bfloat16", "--max_steps", 6, "--eval_every_steps", 3, "--steps_per_execution", 3)
+    assert "MirroredStrategy with 2 replica(s) on 1 host(s); global batch 32 (8 per replica x 2 replicas x 2 " \
+           "accumulation steps); XLA on; bfloat16 mixed precision" in result.stderr
+    results = json.loads((tmp_path / "model" / "training_results.json").read_text())
+    assert results["step"] == 6 and results["num_replicas"] == 2 and results["global_batch_size"] == 32
+    assert all(0 < value < float("inf") for value in results["final_eval"].values())

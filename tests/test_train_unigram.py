@@ -1,0 +1,119 @@
+"""train_unigram.py: the saved tokenizer, its special tokens, its inputs, and its error messages."""
+
+import json
+import re
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from transformers import AutoTokenizer
+
+from conftest import TOKENIZER_LINES
+from helpers import WIKITEXT, run_script
+
+
+def texts_trained_on(result):
+    return int(re.search(r"Trained on (\d+) texts", result.stderr).group(1))
+
+
+def test_tokenizer_loads_offline_with_roberta_layout(tokenizer_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    assert tokenizer.is_fast
+    assert len(tokenizer) == 1000
+    assert tokenizer.model_max_length == 512
+    assert [tokenizer.bos_token_id, tokenizer.pad_token_id, tokenizer.eos_token_id,
+            tokenizer.unk_token_id, tokenizer.mask_token_id] == [0, 1, 2, 3, 4]
+    assert (tokenizer.cls_token, tokenizer.sep_token) == ("<s>", "</s>")
+
+
+def test_encoding_wraps_text_and_keeps_special_tokens_whole(tokenizer_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    ids = tokenizer("The game was <unk> in <mask> .").input_ids
+    assert ids[0] == tokenizer.bos_token_id and ids[-1] == tokenizer.eos_token_id
+    tokens = tokenizer.convert_ids_to_tokens(ids)
+    # <mask> and <unk> absorb the space before them: no stray "▁" token precedes them.
+    assert tokens[tokens.index("<mask>") - 1] == "▁in"
+    assert tokens[tokens.index("<unk>") - 1] == "▁was"
+    assert tokenizer.decode(ids, skip_special_tokens=True).split() == ["The", "game", "was", "in", "."]
+
+
+def test_wikitext_slice_skips_empty_lines(tokenizer_dir):
+    # The fixture read TOKENIZER_LINES lines; the saved tokenizer must not have seen the blank ones.
+    lines = (WIKITEXT / "train.txt").read_text().split("\n")[:TOKENIZER_LINES]
+    non_empty = sum(1 for line in lines if line.strip())
+    result = run_script("train_unigram.py", "--train_file", WIKITEXT / "train.txt", "--limit", TOKENIZER_LINES,
+                        "--vocab_size", 500, "--output_dir", tokenizer_dir.parent / "again")
+    assert texts_trained_on(result) == non_empty < TOKENIZER_LINES
+
+
+def test_json_lines_and_parquet_with_a_text_column(tmp_path):
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda".split()
+    records = [{"body": " ".join(words[i % 7:]) + f" {i}"} for i in range(200)]
+    records += [{"body": ""}, {"body": "   \t "}, {"body": "\n"}]
+    (tmp_path / "data.jsonl").write_text("\n".join(json.dumps(record) for record in records))
+    pq.write_table(pa.table({"body": [record["body"] for record in records]}), tmp_path / "data.parquet")
+
+    for name in ("data.jsonl", "data.parquet"):
+        result = run_script("train_unigram.py", "--train_file", tmp_path / name, "--text_column", "body",
+                            "--vocab_size", 60, "--output_dir", tmp_path / f"tokenizer-{name}")
+        assert texts_trained_on(result) == 200  # The three empty or whitespace-only records were skipped.
+        tokenizer = AutoTokenizer.from_pretrained(tmp_path / f"tokenizer-{name}")
+        assert tokenizer.decode(tokenizer("gamma delta").input_ids, skip_special_tokens=True) == "gamma delta"
+
+
+def test_wrong_text_column_is_named(tmp_path):
+    (tmp_path / "data.jsonl").write_text('{"body": "some text"}\n')
+    result = run_script("train_unigram.py", "--train_file", tmp_path / "data.jsonl", "--output_dir",
+                        tmp_path / "out", expect_failure=True)
+    assert "no column 'text'" in result.stderr and "--text_column" in result.stderr
+
+
+def test_input_with_only_blank_records_fails_clearly(tmp_path):
+    (tmp_path / "blank.txt").write_text("\n   \n\t\n \n")
+    result = run_script("train_unigram.py", "--train_file", tmp_path / "blank.txt", "--output_dir",
+                        tmp_path / "out", expect_failure=True)
+    assert "holds no text" in result.stderr
+
+
+def test_unknown_file_type_and_missing_file(tmp_path):
+    (tmp_path / "data.csv").write_text("text\nhello\n")
+    result = run_script("train_unigram.py", "--train_file", tmp_path / "data.csv", "--output_dir",
+                        tmp_path / "out", expect_failure=True)
+    assert "unknown extension '.csv'" in result.stderr
+    result = run_script("train_unigram.py", "--train_file", tmp_path / "nope.txt", "--output_dir",
+                        tmp_path / "out", expect_failure=True)
+    assert "does not exist" in result.stderr
+
+
+def test_non_empty_output_dir_needs_overwrite(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("precious")
+    args = ["--train_file", WIKITEXT / "validation.txt", "--limit", 300, "--vocab_size", 300,
+            "--output_dir", tmp_path / "out"]
+    result = run_script("train_unigram.py", *args, expect_failure=True)
+    assert "is not empty" in result.stderr and "--overwrite" in result.stderr
+    assert not (tmp_path / "out" / "tokenizer.json").exists()
+    run_script("train_unigram.py", *args, "--overwrite")
+    assert (tmp_path / "out" / "tokenizer.json").exists()
+
+
+def test_push_without_network_fails_after_the_local_save(tmp_path):
+    result = run_script("train_unigram.py", "--train_file", WIKITEXT / "validation.txt", "--limit", 300,
+                        "--vocab_size", 300, "--output_dir", tmp_path / "out", "--push_to_hub",
+                        "--hub_model_id", "someone/tokenizer", expect_failure=True)
+    assert "pushing to the Hub repository 'someone/tokenizer' failed" in result.stderr
+    assert "Nothing is lost" in result.stderr
+    assert AutoTokenizer.from_pretrained(tmp_path / "out").mask_token == "<mask>"
+
+
+def test_unreachable_hub_fails_at_once_with_what_to_do(tmp_path):
+    # A closed port on 127.0.0.1 stands in for the Hub: the same connection error as having no network.
+    result = run_script("train_unigram.py", "--output_dir", tmp_path / "out", expect_failure=True, timeout=60,
+                        env={"HF_HUB_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9"})
+    assert "cannot reach the dataset 'Salesforce/wikitext'" in result.stderr
+    assert "--train_file" in result.stderr and "make demo DATA=" in result.stderr
+
+
+def test_offline_mode_without_a_cached_dataset_fails_clearly(tmp_path):
+    result = run_script("train_unigram.py", "--output_dir", tmp_path / "out", expect_failure=True, timeout=60)
+    assert "could not load the dataset 'Salesforce/wikitext'" in result.stderr
+    assert "--train_file" in result.stderr
