@@ -31,7 +31,7 @@ demo: $(VENV)/.installed
 	$(BIN)/python run_mlm.py --train_dataset $(OUT)/tfrecords/train --eval_dataset $(OUT)/tfrecords/validation \
 		--tokenizer $(OUT)/tokenizer --pretrained_model_config configs/roberta-base.json \
 		--config_overrides hidden_size=128,num_hidden_layers=2,num_attention_heads=2,intermediate_size=512 \
-		--max_length 128 --per_replica_batch_size 32 --max_steps 1200 --eval_every_steps 400 \
+		--max_length 128 --per_replica_batch_size 32 --max_steps 1000 --eval_every_steps 250 \
 		--learning_rate 1e-3 --warmup_steps 100 --checkpoint_every_steps 200 --output_dir $(OUT)/model --overwrite
 	$(BIN)/python -c 'from transformers import pipeline; \
 		fill = pipeline("fill-mask", model="$(OUT)/model", framework="tf", dtype=None); \

@@ -34,11 +34,14 @@ Example (a small model on a CPU):
 """
 
 import argparse
+import hashlib
 import json
 import logging
 import math
 import os
+import signal
 import sys
+import tempfile
 import time
 
 import tensorflow as tf
@@ -85,6 +88,10 @@ def parse_args():
                            "(default: %(default)s).")
     data.add_argument("--mlm_probability", type=float, default=0.15,
                       help="Fraction of the non-special tokens to mask (default: %(default)s).")
+    data.add_argument("--max_predictions_per_seq", type=int,
+                      help="Masked positions per sequence at most; the LM head computes vocabulary logits at these "
+                           "positions only, instead of at every position. 0 computes them everywhere. Default: "
+                           "mlm_probability x max_length plus a margin, e.g. 32 for 0.15 x 128.")
 
     model = parser.add_argument_group("model")
     model.add_argument("--tokenizer", default="unigram-tokenizer",
@@ -143,6 +150,10 @@ def parse_args():
         parser.error(f"--mlm_probability must be between 0 and 1, got {args.mlm_probability}.")
     if not 0 <= args.warmup_ratio < 1:
         parser.error(f"--warmup_ratio must be in [0, 1), got {args.warmup_ratio}.")
+    if args.max_predictions_per_seq is None:
+        args.max_predictions_per_seq = default_max_predictions(args.mlm_probability, args.max_length)
+    if not 0 <= args.max_predictions_per_seq <= args.max_length:
+        parser.error(f"--max_predictions_per_seq must be between 0 and --max_length, got {args.max_predictions_per_seq}.")
     return args
 
 
@@ -182,6 +193,13 @@ def count_hosts(strategy):
         cluster = strategy.cluster_resolver.cluster_spec().as_dict()
         return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
     return 1
+
+
+def strategy_name(strategy):
+    # MultiWorkerMirroredStrategy is the public name of the class TF calls CollectiveAllReduceStrategy.
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return "MultiWorkerMirroredStrategy"
+    return type(strategy).__name__
 
 
 def split_cpu(num_replicas):
@@ -239,36 +257,62 @@ def batches_per_host(sizes, num_hosts, batch_size):
     return min(sum(sizes[host::num_hosts]) for host in range(num_hosts)) // batch_size
 
 
-def mask_tokens(input_ids, seed, *, mask_token_id, special_token_ids, vocab_size, mlm_probability):
-    """Masks a batch of token ids for masked language modelling; returns (masked input ids, labels).
+def default_max_predictions(mlm_probability, max_length):
+    """Positions per sequence the LM head computes logits at: the expected number of masks plus three standard
+    deviations, rounded up to a multiple of 8 (a friendly shape for TPUs), so that the cap almost never bites."""
+    mean = mlm_probability * max_length
+    spread = 3 * math.sqrt(max_length * mlm_probability * (1 - mlm_probability))
+    return min(max_length, 8 * math.ceil((mean + spread) / 8))
+
+
+def mask_tokens(input_ids, seed, *, mask_token_id, special_token_ids, vocab_size, mlm_probability,
+                max_predictions=0):
+    """Masks a batch of token ids [batch, length] for masked language modelling; returns a dict of tensors.
 
     Each token that is not a special token (padding included) is chosen with probability `mlm_probability`; of
-    the chosen, 80 % become `mask_token_id`, 10 % a random token and 10 % stay unchanged. Labels hold the
-    original id at chosen positions and -100 elsewhere. Stateless random ops make the result a pure function of
-    `seed` (two integers), and every op keeps the input's static shape: safe in tf.data and under XLA.
+    the chosen, 80 % become `mask_token_id`, 10 % a random token and 10 % stay unchanged ("input_ids"). The
+    "labels" hold the original id at chosen positions and -100 elsewhere. With `max_predictions` K > 0, at most
+    K positions per sequence are chosen (those with the lowest random draws, in the rare sequence that drew
+    more), and "masked_positions" [batch, K] lists them, padded with unchosen positions (label -100) when fewer
+    were chosen: the model then needs vocabulary logits at those K positions only.
+
+    Stateless random ops make the result a pure function of `seed` (two integers), and every output has a
+    static shape: safe in tf.data and under XLA.
     """
     mask_seed, replace_seed, random_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
     shape = tf.shape(input_ids)
     is_special = tf.reduce_any(input_ids[..., tf.newaxis] == special_token_ids, axis=-1)
-    chosen = ~is_special & (tf.random.stateless_uniform(shape, mask_seed) < mlm_probability)
+    draw = tf.random.stateless_uniform(shape, mask_seed)
+    chosen = ~is_special & (draw < mlm_probability)
+    batch = {}
+    if max_predictions:
+        # Rank positions by their draw, chosen ones first, and keep the first K: top_k has a static shape.
+        scores = tf.where(chosen, draw, 2.0)
+        lowest = tf.math.top_k(-scores, k=max_predictions)
+        chosen &= scores <= -lowest.values[:, -1:]
+        batch["masked_positions"] = lowest.indices
     replace_draw = tf.random.stateless_uniform(shape, replace_seed)
     random_ids = tf.random.stateless_uniform(shape, random_seed, maxval=vocab_size, dtype=input_ids.dtype)
     masked_ids = tf.where(chosen & (replace_draw < 0.8), tf.cast(mask_token_id, input_ids.dtype), input_ids)
-    masked_ids = tf.where(chosen & (replace_draw >= 0.8) & (replace_draw < 0.9), random_ids, masked_ids)
-    labels = tf.where(chosen, input_ids, tf.constant(-100, input_ids.dtype))
-    return masked_ids, labels
+    batch["input_ids"] = tf.where(chosen & (replace_draw >= 0.8) & (replace_draw < 0.9), random_ids, masked_ids)
+    batch["labels"] = tf.where(chosen, input_ids, tf.constant(-100, input_ids.dtype))
+    return batch
 
 
 def make_dataset(files, input_context, *, batch_size, max_length, masking, seed, training,
                  shuffle_buffer_size=None, num_batches=None):
     """One host's input pipeline: its shards, read in parallel, (shuffled,) batched, parsed and masked.
 
-    `batch_size` is per replica. Training data repeats without end (fit stops after the steps it was asked
-    for); evaluation data reads the shards in a fixed order, `num_batches` batches, each masked from
-    (seed, batch index) so that every evaluation sees the same masks.
+    `batch_size` is per replica. Both datasets are endless: fit stops after the steps it is asked for. Training
+    data is shuffled (shard order, then samples in a buffer), with new masks on every pass. Evaluation data is
+    the first `num_batches` batches of the shards in a fixed order, each masked from (seed, batch index), over
+    and over: every evaluation sees the same batches with the same masks.
     """
-    files = tf.data.Dataset.from_tensor_slices(files)
-    files = files.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    host, num_hosts = input_context.input_pipeline_id, input_context.num_input_pipelines
+    if training:
+        logger.info("Input pipeline %d of %d reads %d of the %d training shards", host, num_hosts,
+                    len(files[host::num_hosts]), len(files))
+    files = tf.data.Dataset.from_tensor_slices(files).shard(num_hosts, host)
     if training:
         files = files.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
     records = files.interleave(tf.data.TFRecordDataset, cycle_length=8, num_parallel_calls=tf.data.AUTOTUNE,
@@ -276,18 +320,22 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
     if training:
         records = records.shuffle(shuffle_buffer_size, seed=seed)
     batches = records.batch(batch_size, drop_remainder=True)  # One static batch shape, as XLA wants.
-    if num_batches is not None:
+    if not training:
         batches = batches.take(num_batches)
 
     features = {name: tf.io.FixedLenFeature([max_length], tf.int64) for name in ("input_ids", "attention_mask")}
 
     def parse_and_mask(index, serialized):
         batch = {name: tf.cast(value, tf.int32) for name, value in tf.io.parse_example(serialized, features).items()}
-        batch["input_ids"], batch["labels"] = mask_tokens(
-            batch["input_ids"], tf.stack([tf.constant(seed, tf.int64), index]), **masking)
+        batch.update(mask_tokens(batch["input_ids"], tf.stack([tf.constant(seed, tf.int64), index]), **masking))
         return batch
 
-    return batches.enumerate().map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    batches = batches.enumerate().map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE)
+    if not training:
+        # Keras keeps one iterator for every evaluation of a fit call: repeating the same num_batches batches
+        # (masked by their index in that sequence) makes each evaluation see exactly the same data and masks.
+        batches = batches.repeat()
+    return batches.prefetch(tf.data.AUTOTUNE)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -365,10 +413,19 @@ class MaskedLMTrainer(keras.Model):
 
     def _masked_lm_sums(self, batch, training=False):
         """Summed cross-entropy, correct predictions and count over the masked positions of a batch."""
-        logits = self.mlm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                          training=training).logits
+        if "masked_positions" in batch:
+            # The LM head only where there can be labels: encode every position, project K of them onto the
+            # vocabulary. At length 128 that skips about three quarters of the head's work.
+            encoder = getattr(self.mlm, self.mlm.base_model_prefix)
+            hidden = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                             training=training)[0]
+            logits = self.mlm.get_lm_head()(tf.gather(hidden, batch["masked_positions"], batch_dims=1))
+            labels = tf.gather(batch["labels"], batch["masked_positions"], batch_dims=1)
+        else:
+            logits = self.mlm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                              training=training).logits
+            labels = batch["labels"]
         logits = tf.cast(logits, tf.float32)  # A softmax over the vocabulary needs float32, even in bfloat16 mode.
-        labels = batch["labels"]
         is_masked = labels != -100
         labels = tf.where(is_masked, labels, 0)  # Any valid id: those positions get weight 0 below.
         weights = tf.cast(is_masked, tf.float32)
@@ -417,24 +474,38 @@ class MaskedLMTrainer(keras.Model):
 # Callbacks
 
 
-class CheckpointEvery(keras.callbacks.Callback):
-    """Saves a checkpoint every `checkpoint_interval` steps, and stops training at a NaN or infinite loss.
+class Checkpointing(keras.callbacks.Callback):
+    """Saves a checkpoint every `every_steps` steps and when asked to stop; stops at a NaN or infinite loss.
 
-    A checkpoint of a diverged model would be useless to resume from, so none is saved once the loss is not
-    finite: the last one saved before stays the one to resume from.
+    SIGTERM (what a preempted VM or a job scheduler sends) and SIGINT (Ctrl-C) are acted on at the end of the
+    current step: a checkpoint is saved and training stops, so that running the same command again resumes there.
+    No checkpoint is saved once the loss is not finite, so the last one saved before stays the one to resume from.
     """
 
-    def __init__(self, manager):
+    def __init__(self, manager, every_steps, start_step):
         super().__init__()
         self.manager = manager
+        self.every_steps = every_steps
+        self.last_saved_step = start_step
         self.diverged_at_step = None
+        self.stop_signal = None
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._request_stop)
+
+    def _request_stop(self, signum, frame):
+        self.stop_signal = signal.Signals(signum).name
 
     def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
         if not math.isfinite(float(logs["loss"])):
-            self.diverged_at_step = int(self.model.optimizer.iterations.numpy())
+            self.diverged_at_step = step
             self.model.stop_training = True
-        else:
-            self.manager.save(checkpoint_number=self.model.optimizer.iterations, check_interval=True)
+            return
+        if self.stop_signal or step - self.last_saved_step >= self.every_steps:
+            self.manager.save(checkpoint_number=step)
+            self.last_saved_step = step
+        if self.stop_signal:
+            self.model.stop_training = True
 
 
 class TensorBoardLogger(keras.callbacks.Callback):
@@ -498,14 +569,100 @@ unmasker = pipeline("fill-mask", model="PATH_OR_HUB_ID", framework="tf", dtype=N
 print(unmasker("The capital of France is <mask>."))
 ```
 """
-    with open(os.path.join(output_dir, "README.md"), "w") as f:
+    with tf.io.gfile.GFile(os.path.join(output_dir, "README.md"), "w") as f:
         f.write(card)
+
+
+def weights_fingerprint(model):
+    """A short hash of every weight's bytes: hosts of a multi-host run must print the same one."""
+    digest = hashlib.sha256()
+    for weight in model.weights:
+        digest.update(weight.numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def format_metrics(metrics):
+    return ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Main
+
+
+def plan_steps(args, strategy, train_sizes, eval_sizes):
+    """Batch sizes and step counts, from the shard sizes and the number of hosts and replicas."""
+    plan = argparse.Namespace(num_hosts=count_hosts(strategy))
+    plan.replicas_per_host = strategy.num_replicas_in_sync // plan.num_hosts
+    plan.batch_per_replica_step = args.per_replica_batch_size * args.gradient_accumulation_steps
+    plan.global_batch_size = plan.batch_per_replica_step * strategy.num_replicas_in_sync
+    plan.steps_per_epoch = batches_per_host(train_sizes, plan.num_hosts,
+                                            plan.batch_per_replica_step) // plan.replicas_per_host
+    if plan.steps_per_epoch == 0:
+        raise SystemExit(f"error: the {sum(train_sizes)} training samples do not fill one global batch of "
+                         f"{plan.global_batch_size}. Lower --per_replica_batch_size, or prepare more data.")
+    plan.total_steps = args.max_steps or args.num_epochs * plan.steps_per_epoch
+    plan.eval_every = args.eval_every_steps or plan.steps_per_epoch
+    plan.eval_steps = None
+    if eval_sizes:
+        plan.eval_steps = batches_per_host(eval_sizes, plan.num_hosts,
+                                           args.per_replica_batch_size) // plan.replicas_per_host
+        if plan.eval_steps == 0:
+            raise SystemExit(f"error: the {sum(eval_sizes)} evaluation samples do not fill one global batch of "
+                             f"{args.per_replica_batch_size * strategy.num_replicas_in_sync}.")
+    plan.warmup_steps = args.warmup_steps if args.warmup_steps is not None else int(args.warmup_ratio * plan.total_steps)
+    if plan.warmup_steps >= plan.total_steps:
+        raise SystemExit(f"error: {plan.warmup_steps} warmup steps leave nothing of the {plan.total_steps} steps.")
+    return plan
+
+
+def fit_calls(start_step, total_steps, round_steps):
+    """Splits training into model.fit calls, each (first step, steps per round, number of rounds).
+
+    A round is a Keras epoch of `round_steps` steps, ending with an evaluation, and rounds line up on multiples of
+    `round_steps`. All whole rounds run in one fit call, over one dataset; a round begun before an interruption,
+    and a shorter last round, get a call of their own. So every run ends exactly at `total_steps`.
+    """
+    calls = []
+    head = min(-start_step % round_steps, total_steps - start_step)
+    if head:
+        calls.append((start_step, head, 1))
+    whole_rounds = (total_steps - start_step - head) // round_steps
+    if whole_rounds:
+        calls.append((start_step + head, round_steps, whole_rounds))
+    tail = (total_steps - start_step - head) % round_steps
+    if tail:
+        calls.append((total_steps - tail, tail, 1))
+    return calls
+
+
+# What a run writes into --output_dir before its end. A folder holding only these is one this script can resume
+# from (or, if it was stopped before its first complete checkpoint, start over in).
+RUN_STATE = ("checkpoints", "logs", "training_results.json")
+
+
+def check_output_dir(args):
+    """Refuses an output folder holding files of something else; on --overwrite, clears an earlier run's state."""
+    if not tf.io.gfile.exists(args.output_dir):
+        return
+    if args.overwrite:
+        for name in RUN_STATE:
+            path = os.path.join(args.output_dir, name)
+            if tf.io.gfile.isdir(path):
+                tf.io.gfile.rmtree(path)
+            elif tf.io.gfile.exists(path):
+                tf.io.gfile.remove(path)
+    elif set(tf.io.gfile.listdir(args.output_dir)) - {*RUN_STATE, *(name + "/" for name in RUN_STATE)}:
+        raise SystemExit(f"error: the output folder {args.output_dir!r} holds files that are not a checkpoint of "
+                         "this script to resume from. Choose another --output_dir, or pass --overwrite to start over "
+                         "there.")
 
 
 def main():
     args = parse_args()
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    # The strategy comes before any TensorFlow op: MultiWorkerMirroredStrategy sets up collective ops at start-up.
     split_cpu(args.num_cpu_replicas)
+    strategy, on_tpu = choose_strategy(args)
     keras.utils.set_random_seed(args.seed)
 
     # Check the data and the config before building anything, so that mistakes cost seconds, not minutes.
@@ -517,70 +674,47 @@ def main():
     eval_files, eval_sizes = find_shards(args.eval_dataset, args.max_length) if args.eval_dataset else (None, None)
     config = load_config(args, tokenizer)
 
-    strategy, on_tpu = choose_strategy(args)
+    # One host (the chief) writes checkpoints, logs and the model; the others take part in saving checkpoints
+    # (a collective operation) but write their copies to a scratch folder.
+    is_chief = strategy.extended.should_checkpoint
+    plan = plan_steps(args, strategy, train_sizes, eval_sizes)
     if args.bfloat16:
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    num_hosts = count_hosts(strategy)
-    replicas_per_host = strategy.num_replicas_in_sync // num_hosts
-    batch_per_replica_step = args.per_replica_batch_size * args.gradient_accumulation_steps
-    global_batch_size = batch_per_replica_step * strategy.num_replicas_in_sync
-    steps_per_epoch = batches_per_host(train_sizes, num_hosts, batch_per_replica_step) // replicas_per_host
-    if steps_per_epoch == 0:
-        raise SystemExit(f"error: the {sum(train_sizes)} training samples do not fill one global batch of "
-                         f"{global_batch_size}. Lower --per_replica_batch_size, or prepare more data.")
-    total_steps = args.max_steps or args.num_epochs * steps_per_epoch
-    eval_every = args.eval_every_steps or steps_per_epoch
-    eval_steps = None
-    if eval_files:
-        eval_steps = batches_per_host(eval_sizes, num_hosts, args.per_replica_batch_size) // replicas_per_host
-        if eval_steps == 0:
-            raise SystemExit(f"error: the {sum(eval_sizes)} evaluation samples do not fill one global batch of "
-                             f"{args.per_replica_batch_size * strategy.num_replicas_in_sync}.")
     jit_compile = not on_tpu
     logger.info("Strategy: %s with %d replica(s) on %d host(s); global batch %d (%d per replica x %d replicas x %d "
-                "accumulation steps); XLA %s; %s", type(strategy).__name__, strategy.num_replicas_in_sync, num_hosts,
-                global_batch_size, args.per_replica_batch_size, strategy.num_replicas_in_sync,
+                "accumulation steps); XLA %s; %s", strategy_name(strategy), strategy.num_replicas_in_sync,
+                plan.num_hosts, plan.global_batch_size, args.per_replica_batch_size, strategy.num_replicas_in_sync,
                 args.gradient_accumulation_steps, "on" if jit_compile else "implicit (TPU)",
                 "bfloat16 mixed precision" if args.bfloat16 else "float32")
-    logger.info("Training: %d samples in %d shards, %d steps per epoch, %d steps in all; evaluation: %s",
-                sum(train_sizes), len(train_files), steps_per_epoch, total_steps,
-                f"{sum(eval_sizes)} samples, {eval_steps} steps" if eval_files else "none")
+    logger.info("Training: %d samples in %d shards, %d steps per epoch, %d steps in all; evaluation: %s; "
+                "LM head at %s", sum(train_sizes), len(train_files), plan.steps_per_epoch, plan.total_steps,
+                f"{sum(eval_sizes)} samples, {plan.eval_steps} steps" if eval_files else "none",
+                f"{args.max_predictions_per_seq} positions per sequence" if args.max_predictions_per_seq
+                else "every position")
 
     checkpoint_dir = os.path.join(args.output_dir, "checkpoints")
-    if tf.io.gfile.exists(args.output_dir) and tf.io.gfile.listdir(args.output_dir):
-        if args.overwrite:  # Start over: clear what a run would otherwise resume from or add to.
-            for name in ("checkpoints", "logs", "training_results.json"):
-                path = os.path.join(args.output_dir, name)
-                if tf.io.gfile.isdir(path):
-                    tf.io.gfile.rmtree(path)
-                elif tf.io.gfile.exists(path):
-                    tf.io.gfile.remove(path)
-        elif not tf.train.latest_checkpoint(checkpoint_dir):
-            raise SystemExit(f"error: the output folder {args.output_dir!r} is not empty and holds no checkpoint to "
-                             "resume from. Choose another --output_dir, or pass --overwrite to start over there.")
-
-    warmup_steps = args.warmup_steps if args.warmup_steps is not None else int(args.warmup_ratio * total_steps)
-    if warmup_steps >= total_steps:
-        raise SystemExit(f"error: {warmup_steps} warmup steps leave nothing of the {total_steps} training steps.")
+    if is_chief:
+        check_output_dir(args)
     with strategy.scope():
         mlm = TFAutoModelForMaskedLM.from_config(config)
         mlm.build_in_name_scope()  # Create the weights now, with the standard names that save_pretrained expects.
-        optimizer, schedule = create_optimizer(init_lr=args.learning_rate, num_train_steps=total_steps,
-                                               num_warmup_steps=warmup_steps,
+        optimizer, schedule = create_optimizer(init_lr=args.learning_rate, num_train_steps=plan.total_steps,
+                                               num_warmup_steps=plan.warmup_steps,
                                                weight_decay_rate=args.weight_decay_rate)
         trainer = MaskedLMTrainer(mlm, args.gradient_accumulation_steps, jit_compile)
         trainer.compile(optimizer=optimizer, steps_per_execution=args.steps_per_execution)
         checkpoint = tf.train.Checkpoint(model=mlm, optimizer=optimizer)
-        manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=3,
-                                             step_counter=optimizer.iterations,
-                                             checkpoint_interval=args.checkpoint_every_steps)
-        if manager.latest_checkpoint:
-            checkpoint.restore(manager.latest_checkpoint)
-            logger.info("Resuming from %s, at step %d", manager.latest_checkpoint, int(optimizer.iterations.numpy()))
+        latest_checkpoint = None if args.overwrite else tf.train.latest_checkpoint(checkpoint_dir)
+        if latest_checkpoint:
+            checkpoint.restore(latest_checkpoint)
+            logger.info("Resuming from %s, at step %d", latest_checkpoint, int(optimizer.iterations.numpy()))
+    manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir if is_chief else tempfile.mkdtemp(),
+                                         max_to_keep=3)
     logger.info("Model: %s with %.1fM parameters", config.model_type, mlm.count_params() / 1e6)
 
     masking = dict(mask_token_id=tokenizer.mask_token_id, special_token_ids=tokenizer.all_special_ids,
-                   vocab_size=len(tokenizer), mlm_probability=args.mlm_probability)
+                   vocab_size=len(tokenizer), mlm_probability=args.mlm_probability,
+                   max_predictions=args.max_predictions_per_seq)
 
     def distributed(files, seed, batch_size, **kwargs):
         return strategy.distribute_datasets_from_function(lambda input_context: make_dataset(
@@ -589,76 +723,85 @@ def main():
 
     def eval_data():
         return distributed(eval_files, args.seed, args.per_replica_batch_size, training=False,
-                           num_batches=eval_steps * replicas_per_host)
+                           num_batches=plan.eval_steps * plan.replicas_per_host)
 
-    tensorboard = TensorBoardLogger(os.path.join(args.output_dir, "logs"), schedule)
-    checkpointing = CheckpointEvery(manager)
     # Metrics so far, kept beside the checkpoints so that a resumed run still knows where training started.
     results_path = os.path.join(args.output_dir, "training_results.json")
     results = {}
-    step = int(optimizer.iterations.numpy())
+    step = first_step = int(optimizer.iterations.numpy())
     if step > 0 and tf.io.gfile.exists(results_path):
         with tf.io.gfile.GFile(results_path) as f:
             results = json.load(f)
 
     def save_results():
-        with tf.io.gfile.GFile(results_path, "w") as f:
-            json.dump(results, f, indent=2)
+        if is_chief:
+            with tf.io.gfile.GFile(results_path, "w") as f:
+                json.dump(results, f, indent=2)
 
+    tensorboard = TensorBoardLogger(os.path.join(args.output_dir if is_chief else manager.directory, "logs"),
+                                    schedule)
+    checkpointing = Checkpointing(manager, args.checkpoint_every_steps, start_step=step)
     if step == 0 and eval_files:
-        results["step_0_eval"] = trainer.evaluate(eval_data(), steps=eval_steps, return_dict=True, verbose=0)
+        results["step_0_eval"] = trainer.evaluate(eval_data(), steps=plan.eval_steps, return_dict=True, verbose=0)
         tensorboard.write("eval", results["step_0_eval"], 0)
         logger.info("Evaluation before training: %s", format_metrics(results["step_0_eval"]))
         save_results()
 
-    start_time = time.perf_counter()
-    first_step = step
-    while step < total_steps and checkpointing.diverged_at_step is None:
-        # Training runs in rounds of eval_every steps, one fit call each, ending with an evaluation. Each round
-        # gets a dataset seeded by its first step, so a round (an epoch by default) reads a fresh shuffle of the
-        # data, and a resumed run does not replay the data or masks the interrupted run began with.
-        round_steps = min(eval_every - step % eval_every, total_steps - step)
-        logger.info("Steps %d to %d of %d", step + 1, step + round_steps, total_steps)
-        history = trainer.fit(
-            distributed(train_files, args.seed + step, batch_per_replica_step, training=True,
-                        shuffle_buffer_size=args.shuffle_buffer_size),
-            steps_per_epoch=round_steps, epochs=1,
-            validation_data=eval_data() if eval_files else None, validation_steps=eval_steps,
-            callbacks=[checkpointing, tensorboard], verbose=1 if sys.stdout.isatty() else 2)
-        step = int(optimizer.iterations.numpy())
-        logger.info("Step %d: %s", step, format_metrics({k: v[-1] for k, v in history.history.items()}))
-        results["final_train"] = {k: v[-1] for k, v in history.history.items() if not k.startswith("val_")}
+    def record_round(epoch, logs):
+        results.update(step=int(optimizer.iterations.numpy()),
+                       final_train={k: v for k, v in logs.items() if not k.startswith("val_")})
         if eval_files:
-            results["final_eval"] = {k[4:]: v[-1] for k, v in history.history.items() if k.startswith("val_")}
-        results["step"] = step
+            results["final_eval"] = {k[len("val_"):]: v for k, v in logs.items() if k.startswith("val_")}
+        logger.info("Step %d: %s", results["step"], format_metrics(logs))
         save_results()
+
+    callbacks = [checkpointing, tensorboard, keras.callbacks.LambdaCallback(on_epoch_end=record_round)]
+    start_time = time.perf_counter()
+    for first, round_steps, num_rounds in fit_calls(step, plan.total_steps, plan.eval_every):
+        if checkpointing.diverged_at_step is not None or checkpointing.stop_signal:
+            break
+        # Each fit call reads one dataset, seeded by its first step: a resumed run does not replay the data or
+        # the masks that the interrupted run began with.
+        logger.info("Steps %d to %d of %d, in %d round(s) of %d steps, each ending with an evaluation", first + 1,
+                    first + round_steps * num_rounds, plan.total_steps, num_rounds, round_steps)
+        trainer.fit(
+            distributed(train_files, args.seed + first, plan.batch_per_replica_step, training=True,
+                        shuffle_buffer_size=args.shuffle_buffer_size),
+            initial_epoch=first // plan.eval_every, epochs=first // plan.eval_every + num_rounds,
+            steps_per_epoch=round_steps, validation_data=eval_data() if eval_files else None,
+            validation_steps=plan.eval_steps, callbacks=callbacks, verbose=1 if sys.stdout.isatty() else 2)
+    step = int(optimizer.iterations.numpy())
 
     if checkpointing.diverged_at_step is not None:
         raise SystemExit(f"error: the loss became NaN or infinite at step {checkpointing.diverged_at_step}. The "
                          f"last good checkpoint, {manager.latest_checkpoint}, is kept. Lower --learning_rate or "
                          "raise --warmup_steps, then run the same command again to resume from it.")
+    if checkpointing.stop_signal:
+        logger.info("Stopped by %s at step %d, after saving checkpoint %s. Run the same command to resume.",
+                    checkpointing.stop_signal, step, manager.latest_checkpoint)
+        raise SystemExit(128 + signal.Signals[checkpointing.stop_signal])  # The shell's code for "killed by it".
     if step > first_step:
         if not (manager.latest_checkpoint or "").endswith(f"-{step}"):
-            manager.save(checkpoint_number=step, check_interval=False)  # The final step, whatever the interval.
+            manager.save(checkpoint_number=step)  # The final step, whatever the interval.
         seconds = time.perf_counter() - start_time
         logger.info("Trained %d steps in %.0f s (%.1f samples/s)", step - first_step, seconds,
-                    (step - first_step) * global_batch_size / seconds)
+                    (step - first_step) * plan.global_batch_size / seconds)
+    logger.info("Weights fingerprint: %s", weights_fingerprint(mlm))
 
+    if not is_chief:
+        tf.io.gfile.rmtree(manager.directory)
+        return
     results.update(step=step, model_type=config.model_type, vocab_size=config.vocab_size,
-                   train_samples=sum(train_sizes), global_batch_size=global_batch_size,
+                   train_samples=sum(train_sizes), global_batch_size=plan.global_batch_size,
                    num_replicas=strategy.num_replicas_in_sync)
+    save_results()
     mlm.save_pretrained(args.output_dir)
     tokenizer.save_pretrained(args.output_dir)
-    save_results()
     write_model_card(args.output_dir, args, results)
     logger.info("Model, tokenizer and model card saved to %s", args.output_dir)
     if args.hub_model_id:
         logger.info("Pushed to %s", push_folder_to_hub(args.output_dir, args.hub_model_id,
                                                        f"Pre-trained for {step} steps"))
-
-
-def format_metrics(metrics):
-    return ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
 
 
 if __name__ == "__main__":

@@ -5,12 +5,18 @@ import pytest
 import tensorflow as tf
 
 from conftest import MAX_LENGTH
-from run_mlm import find_shards, make_dataset, mask_tokens
+from run_mlm import default_max_predictions, find_shards, make_dataset, mask_tokens
 
 VOCAB_SIZE = 1000
 SPECIAL_IDS = [0, 1, 2, 3, 4]  # <s>, <pad>, </s>, <unk>, <mask>, as train_unigram.py lays them out.
 MASK_ID = 4
 MASKING = dict(mask_token_id=MASK_ID, special_token_ids=SPECIAL_IDS, vocab_size=VOCAB_SIZE, mlm_probability=0.15)
+
+
+def masked(input_ids, seed, **overrides):
+    """(masked input ids, labels) as NumPy arrays."""
+    batch = mask_tokens(input_ids, tf.constant(seed, tf.int64), **{**MASKING, **overrides})
+    return batch["input_ids"].numpy(), batch["labels"].numpy()
 
 
 @pytest.fixture(scope="module")
@@ -26,57 +32,72 @@ def batch():
 
 
 def test_rates_of_masking_and_replacement(batch):
-    masked, labels = mask_tokens(batch, tf.constant([1, 2], tf.int64), **MASKING)
-    ids, masked, labels = batch.numpy(), masked.numpy(), labels.numpy()
+    (masked_ids, labels), ids = masked(batch, [1, 2]), batch.numpy()
     candidates = ~np.isin(ids, SPECIAL_IDS)
     chosen = labels != -100
     assert abs(chosen.sum() / candidates.sum() - 0.15) < 0.005  # About 100k candidates: a 0.1 % standard error.
-    to_mask = masked[chosen] == MASK_ID
-    unchanged = masked[chosen] == ids[chosen]
+    to_mask = masked_ids[chosen] == MASK_ID
+    unchanged = masked_ids[chosen] == ids[chosen]
     randomized = ~to_mask & ~unchanged
     assert abs(to_mask.mean() - 0.8) < 0.01
     assert abs(randomized.mean() - 0.1) < 0.01
     assert abs(unchanged.mean() - 0.1) < 0.01  # A random draw equal to the original counts here: 1 in 1000.
-    assert masked[chosen][randomized].min() >= 0 and masked[chosen][randomized].max() < VOCAB_SIZE
+    assert masked_ids[chosen][randomized].min() >= 0 and masked_ids[chosen][randomized].max() < VOCAB_SIZE
 
 
 def test_special_tokens_and_padding_are_never_masked(batch):
-    masked, labels = mask_tokens(batch, tf.constant([3, 4], tf.int64), **MASKING)
-    ids, masked, labels = batch.numpy(), masked.numpy(), labels.numpy()
+    (masked_ids, labels), ids = masked(batch, [3, 4]), batch.numpy()
     special = np.isin(ids, SPECIAL_IDS)
     assert (labels[special] == -100).all()
-    assert (masked[special] == ids[special]).all()
-    assert (masked[~special] != MASK_ID).sum() > 0
+    assert (masked_ids[special] == ids[special]).all()
+    assert (masked_ids[~special] == MASK_ID).sum() > 0
 
 
 def test_labels_hold_the_original_tokens_exactly_where_chosen(batch):
-    masked, labels = mask_tokens(batch, tf.constant([5, 6], tf.int64), **MASKING)
-    ids, masked, labels = batch.numpy(), masked.numpy(), labels.numpy()
+    (masked_ids, labels), ids = masked(batch, [5, 6]), batch.numpy()
     chosen = labels != -100
     assert (labels[chosen] == ids[chosen]).all()
-    assert (masked[~chosen] == ids[~chosen]).all()  # Nothing changes where there is no label.
-    assert masked.dtype == ids.dtype and masked.shape == ids.shape
+    assert (masked_ids[~chosen] == ids[~chosen]).all()  # Nothing changes where there is no label.
+    assert masked_ids.dtype == ids.dtype and masked_ids.shape == ids.shape
 
 
 def test_masks_are_a_function_of_the_seed(batch):
-    first = mask_tokens(batch, tf.constant([7, 8], tf.int64), **MASKING)
-    again = mask_tokens(batch, tf.constant([7, 8], tf.int64), **MASKING)
-    other = mask_tokens(batch, tf.constant([7, 9], tf.int64), **MASKING)
+    first, again, other = masked(batch, [7, 8]), masked(batch, [7, 8]), masked(batch, [7, 9])
     assert all(np.array_equal(a, b) for a, b in zip(first, again))
     assert not np.array_equal(first[1], other[1])
 
 
 def test_masking_compiles_with_xla(batch):
     # XLA may pick another random-number algorithm than the host does, so compare properties, not values.
-    compiled = tf.function(lambda ids, seed: mask_tokens(ids, seed, **MASKING), jit_compile=True)
-    masked, labels = [t.numpy() for t in compiled(batch, tf.constant([1, 2], tf.int64))]
-    again = compiled(batch, tf.constant([1, 2], tf.int64))[1].numpy()
-    ids = batch.numpy()
+    compiled = tf.function(lambda ids, seed: mask_tokens(ids, seed, **MASKING, max_predictions=32), jit_compile=True)
+    result = {k: v.numpy() for k, v in compiled(batch, tf.constant([1, 2], tf.int64)).items()}
+    masked_ids, labels, ids = result["input_ids"], result["labels"], batch.numpy()
+    again = compiled(batch, tf.constant([1, 2], tf.int64))["labels"].numpy()
     chosen = labels != -100
     assert np.array_equal(labels, again)
-    assert (labels[chosen] == ids[chosen]).all() and (masked[~chosen] == ids[~chosen]).all()
+    assert (labels[chosen] == ids[chosen]).all() and (masked_ids[~chosen] == ids[~chosen]).all()
     assert not chosen[np.isin(ids, SPECIAL_IDS)].any()
     assert abs(chosen.sum() / (~np.isin(ids, SPECIAL_IDS)).sum() - 0.15) < 0.005
+
+
+def test_at_most_max_predictions_per_sequence_and_their_positions(batch):
+    assert default_max_predictions(0.15, 128) == 32 and default_max_predictions(0.15, 512) == 104
+    # A high probability makes the cap bite in many rows. Same seed, same draws: the cap keeps a subset.
+    uncapped = masked(batch, [9, 9], mlm_probability=0.3)[1] != -100
+    result = mask_tokens(batch, tf.constant([9, 9], tf.int64), **{**MASKING, "mlm_probability": 0.3},
+                         max_predictions=24)
+    labels, positions = result["labels"].numpy(), result["masked_positions"].numpy()
+    chosen = labels != -100
+    assert positions.shape == (1024, 24)
+    assert (chosen.sum(axis=1) == np.minimum(uncapped.sum(axis=1), 24)).all()
+    assert (uncapped.sum(axis=1) > 24).mean() > 0.3 and not (chosen & ~uncapped).any()
+    for row in range(1024):
+        assert len(set(positions[row])) == 24  # Distinct positions...
+        assert set(np.flatnonzero(chosen[row])) <= set(positions[row])  # ...covering every chosen one.
+    # With the usual probability and the default cap, the rates stay as without a cap.
+    uncapped = masked(batch, [1, 2])[1] != -100
+    capped = masked(batch, [1, 2], max_predictions=default_max_predictions(0.15, 128))[1] != -100
+    assert abs(capped.sum() / uncapped.sum() - 1) < 0.002
 
 
 def input_context():
@@ -88,8 +109,9 @@ def test_evaluation_batches_are_identical_on_every_pass(shards_dir):
     dataset = make_dataset(files, input_context(), batch_size=16, max_length=MAX_LENGTH, masking=MASKING,
                            seed=42, training=False, num_batches=sum(sizes) // 16)
     assert dataset.element_spec["input_ids"].shape == (16, MAX_LENGTH)  # Static: one shape for XLA.
-    passes = [[{k: v.numpy() for k, v in batch.items()} for batch in dataset] for _ in range(2)]
-    assert len(passes[0]) == sum(sizes) // 16
+    num_batches = sum(sizes) // 16
+    batches = [{k: v.numpy() for k, v in batch.items()} for batch in dataset.take(2 * num_batches)]
+    passes = [batches[:num_batches], batches[num_batches:]]
     for first, second in zip(*passes):
         assert all(np.array_equal(first[k], second[k]) for k in ("input_ids", "attention_mask", "labels"))
     assert len({batch["labels"].tobytes() for batch in passes[0]}) == len(passes[0])  # New masks per batch.
@@ -111,11 +133,11 @@ def test_training_batches_are_shuffled_masked_and_endless(shards_dir):
 
 
 def test_each_host_reads_its_own_shards(shards_dir):
-    files, _ = find_shards(str(shards_dir / "validation"), MAX_LENGTH)
+    files, sizes = find_shards(str(shards_dir / "validation"), MAX_LENGTH)
     for host in range(2):
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=host, num_replicas_in_sync=2)
         dataset = make_dataset(files, context, batch_size=4, max_length=MAX_LENGTH, masking=MASKING, seed=0,
-                               training=False)
+                               training=False, num_batches=sum(sizes[host::2]) // 4).take(sum(sizes[host::2]) // 4)
         # Undo the masking: the labels hold the original token wherever the input was changed.
         read = {tuple(np.where(batch["labels"] != -100, batch["labels"], batch["input_ids"])[row])
                 for batch in dataset.as_numpy_iterator() for row in range(4)}
@@ -126,3 +148,12 @@ def test_each_host_reads_its_own_shards(shards_dir):
         ).as_numpy_iterator()}
         assert read and read <= own_rows
         assert len(own_rows) - len(read) < 4  # Only the last partial batch is left out.
+
+
+def test_fit_calls_cover_every_step_once_in_aligned_rounds():
+    from run_mlm import fit_calls
+    assert fit_calls(0, 1000, 250) == [(0, 250, 4)]
+    assert fit_calls(0, 1100, 250) == [(0, 250, 4), (1000, 100, 1)]
+    assert fit_calls(130, 1100, 250) == [(130, 120, 1), (250, 250, 3), (1000, 100, 1)]  # Resumed at step 130.
+    assert fit_calls(130, 200, 250) == [(130, 70, 1)]
+    assert fit_calls(500, 500, 250) == []

@@ -81,7 +81,7 @@ def test_output_dir_with_foreign_files_is_not_overwritten(train_args, tmp_path):
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "results.txt").write_text("from another run")
     result = run_script("run_mlm.py", *train_args, expect_failure=True)
-    assert_fails_before_building_the_model(result, "is not empty and holds no checkpoint", "--overwrite")
+    assert_fails_before_building_the_model(result, "holds files that are not a checkpoint", "--overwrite")
     assert (tmp_path / "model" / "results.txt").read_text() == "from another run"
 
 
@@ -94,19 +94,25 @@ def test_train_interrupt_resume_and_fill_mask(train_args, tmp_path):
     args = [*train_args, "--max_steps", 300, "--eval_every_steps", 150, "--checkpoint_every_steps", 10]
     command = [sys.executable, str(REPO / "run_mlm.py"), *map(str, args)]
 
-    # Start, and kill the process (as a crash or a preempted machine would) once it has saved a checkpoint.
+    # Start, and kill the process (as a crash or a preempted machine would) once it has saved a checkpoint:
+    # TensorFlow names the last complete one in the `checkpoint` file, written after the checkpoint itself.
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
-    while not checkpoint_steps(model_dir) and process.poll() is None and time.monotonic() < deadline:
+    while not tf.train.latest_checkpoint(str(model_dir / "checkpoints")) and process.poll() is None \
+            and time.monotonic() < deadline:
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     stderr = process.communicate()[1]
     assert process.returncode == -signal.SIGKILL, stderr[-3000:]
     assert "Evaluation before training: loss" in stderr
-    interrupted_at = checkpoint_steps(model_dir)[-1]
+    interrupted_at = int(tf.train.latest_checkpoint(str(model_dir / "checkpoints")).rsplit("-", 1)[1])
     assert 0 < interrupted_at < 300 and not (model_dir / "tf_model.h5").exists()
 
-    # The same command again resumes from the last checkpoint and trains to the end.
+    # A save cut short leaves files of a newer checkpoint that the `checkpoint` file does not name yet.
+    for suffix in (".index", ".data-00000-of-00001"):
+        (model_dir / "checkpoints" / f"ckpt-{interrupted_at + 5}{suffix}").write_bytes(b"cut short")
+
+    # The same command again resumes from the last complete checkpoint and trains to the end.
     result = run_script("run_mlm.py", *args)
     assert f"Resuming from {model_dir}/checkpoints/ckpt-{interrupted_at}, at step {interrupted_at}" in result.stderr
     assert "Evaluation before training" not in result.stderr

@@ -1,0 +1,110 @@
+"""run_mlm.py across two worker processes (MultiWorkerMirroredStrategy on 127.0.0.1), and stopping on SIGTERM."""
+
+import json
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from conftest import MAX_LENGTH
+from helpers import REPO, run_script
+
+
+def tiny_run_args(shards_dir, tokenizer_dir, tiny_config_dir, output_dir, train_dataset=None):
+    return ["--train_dataset", train_dataset or shards_dir / "train", "--eval_dataset", shards_dir / "validation",
+            "--tokenizer", tokenizer_dir, "--pretrained_model_config", tiny_config_dir, "--max_length", MAX_LENGTH,
+            "--per_replica_batch_size", 8, "--learning_rate", 3e-3, "--warmup_steps", 2, "--output_dir", output_dir]
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for sock in sockets:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+def run_workers(args, timeout=600):
+    """Runs run_mlm.py as the two workers of one cluster on 127.0.0.1; returns their (exit code, stderr)."""
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
+    processes = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        processes.append(subprocess.Popen([sys.executable, str(REPO / "run_mlm.py"), *map(str, args)],
+                                          env={**__import__("os").environ, "TF_CONFIG": tf_config},
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    outputs = []
+    for process in processes:
+        try:
+            outputs.append((process.wait(timeout=timeout), process.stderr.read()))
+        finally:
+            for other in processes:
+                if other.poll() is None and process.returncode != 0:
+                    other.kill()
+    return outputs
+
+
+def test_two_workers_train_in_step_on_their_own_shards(shards_dir, tokenizer_dir, tiny_config_dir, tmp_path):
+    output_dir = tmp_path / "model"
+    args = tiny_run_args(shards_dir, tokenizer_dir, tiny_config_dir, output_dir) + [
+        "--max_steps", 6, "--eval_every_steps", 3, "--checkpoint_every_steps", 3]
+    (chief_code, chief), (worker_code, worker) = run_workers(args)
+    assert chief_code == 0, chief[-3000:]
+    assert worker_code == 0, worker[-3000:]
+
+    num_shards = len(list((shards_dir / "train").glob("*.tfrecord")))
+    for index, log in enumerate((chief, worker)):
+        assert "MultiWorkerMirroredStrategy with 2 replica(s) on 2 host(s); global batch 16" in log
+        own = len(range(index, num_shards, 2))
+        assert f"Input pipeline {index} of 2 reads {own} of the {num_shards} training shards" in log
+        assert "Input pipeline {} of 2".format(1 - index) not in log
+
+    # Both hosts end with bit-identical weights.
+    fingerprints = [re.search(r"Weights fingerprint: (\w+)", log).group(1) for log in (chief, worker)]
+    assert fingerprints[0] == fingerprints[1]
+    # Only the chief writes checkpoints, logs and the model.
+    assert "Model, tokenizer and model card saved" in chief and "saved" not in worker.split("Weights fingerprint")[1]
+    assert sorted(path.name for path in (output_dir / "checkpoints").glob("*.index")) == ["ckpt-3.index",
+                                                                                          "ckpt-6.index"]
+    assert json.loads((output_dir / "training_results.json").read_text())["num_replicas"] == 2
+
+
+def test_fewer_shards_than_hosts_fails_clearly(shards_dir, tokenizer_dir, tiny_config_dir, tmp_path):
+    one_shard = tmp_path / "one-shard"
+    one_shard.mkdir()
+    shutil.copy(shards_dir / "train" / "dataset-0-100.tfrecord", one_shard)
+    args = tiny_run_args(shards_dir, tokenizer_dir, tiny_config_dir, tmp_path / "model", train_dataset=one_shard)
+    for code, log in run_workers(args + ["--max_steps", 2], timeout=300):
+        assert code != 0
+        assert "2 hosts need at least 2 shard files, one per host, but there are 1" in log
+
+
+def test_sigterm_saves_a_checkpoint_then_the_same_command_resumes(shards_dir, tokenizer_dir, tiny_config_dir,
+                                                                  tmp_path):
+    output_dir = tmp_path / "model"
+    args = tiny_run_args(shards_dir, tokenizer_dir, tiny_config_dir, output_dir) + [
+        "--no_tpu", "--max_steps", 400, "--eval_every_steps", 200, "--checkpoint_every_steps", 1000]
+    process = subprocess.Popen([sys.executable, str(REPO / "run_mlm.py"), *map(str, args)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in process.stderr:  # Wait until training runs, then let it take some steps.
+        if "Steps 1 to 400 of 400, in 2 round(s) of 200 steps" in line:
+            break
+    time.sleep(4)
+    process.send_signal(signal.SIGTERM)  # What a preempted VM receives.
+    stderr = process.stderr.read()
+    assert process.wait(timeout=120) == 128 + signal.SIGTERM, stderr[-3000:]
+
+    saved = re.search(r"Stopped by SIGTERM at step (\d+), after saving checkpoint (\S+)\.", stderr)
+    assert saved, stderr[-3000:]
+    stopped_at = int(saved.group(1))
+    assert 0 < stopped_at < 400 and saved.group(2).endswith(f"ckpt-{stopped_at}")  # No periodic one was due.
+    assert not (output_dir / "tf_model.h5").exists()
+
+    result = run_script("run_mlm.py", *args)
+    assert f"at step {stopped_at}" in result.stderr and f"Steps {stopped_at + 1} to " in result.stderr
+    assert json.loads((output_dir / "training_results.json").read_text())["step"] == 400
