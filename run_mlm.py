@@ -39,6 +39,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -50,7 +51,7 @@ import tensorflow as tf
 import tf_keras as keras
 from transformers import AutoConfig, AutoTokenizer, TFAutoModelForMaskedLM, create_optimizer
 
-from utils import MANIFEST_NAME, SHARD_NAME_PATTERN, push_folder_to_hub
+from utils import MANIFEST_NAME, SHARD_NAME_PATTERN, is_gcs_path, push_folder_to_hub
 
 logger = logging.getLogger("run_mlm")
 
@@ -569,7 +570,7 @@ unmasker = pipeline("fill-mask", model="PATH_OR_HUB_ID", framework="tf", dtype=N
 print(unmasker("The capital of France is <mask>."))
 ```
 """
-    with tf.io.gfile.GFile(os.path.join(output_dir, "README.md"), "w") as f:
+    with open(os.path.join(output_dir, "README.md"), "w") as f:
         f.write(card)
 
 
@@ -795,13 +796,21 @@ def main():
                    train_samples=sum(train_sizes), global_batch_size=plan.global_batch_size,
                    num_replicas=strategy.num_replicas_in_sync)
     save_results()
-    mlm.save_pretrained(args.output_dir)
-    tokenizer.save_pretrained(args.output_dir)
-    write_model_card(args.output_dir, args, results)
+    # save_pretrained and the Hub client work on local folders: for a gs:// output, save to a local folder first.
+    local_dir = tempfile.mkdtemp() if is_gcs_path(args.output_dir) else args.output_dir
+    mlm.save_pretrained(local_dir)
+    tokenizer.save_pretrained(local_dir)
+    write_model_card(local_dir, args, results)
+    if local_dir != args.output_dir:
+        for name in os.listdir(local_dir):
+            tf.io.gfile.copy(os.path.join(local_dir, name), os.path.join(args.output_dir, name), overwrite=True)
     logger.info("Model, tokenizer and model card saved to %s", args.output_dir)
     if args.hub_model_id:
-        logger.info("Pushed to %s", push_folder_to_hub(args.output_dir, args.hub_model_id,
-                                                       f"Pre-trained for {step} steps"))
+        url = push_folder_to_hub(local_dir, args.hub_model_id, f"Pre-trained for {step} steps",
+                                 ignore_patterns=["checkpoints/*"])  # TensorBoard logs are welcome on the Hub.
+        logger.info("Pushed to %s", url)
+    if local_dir != args.output_dir:
+        shutil.rmtree(local_dir)
 
 
 if __name__ == "__main__":

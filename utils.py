@@ -121,8 +121,8 @@ def check_output_dir(path, overwrite):
     return True
 
 
-def push_folder_to_hub(folder, repo_id, commit_message):
-    """Uploads a saved folder to the Hub model repository `repo_id`, creating it if needed.
+def push_folder_to_hub(folder, repo_id, commit_message, ignore_patterns=None):
+    """Uploads a saved folder (but files matching `ignore_patterns`) to the Hub repository `repo_id`, created if needed.
 
     The folder is saved locally before this is called, so a failed push loses nothing: the error says how to
     retry the upload by hand.
@@ -131,7 +131,8 @@ def push_folder_to_hub(folder, repo_id, commit_message):
 
     try:
         create_repo(repo_id, exist_ok=True)
-        url = upload_folder(repo_id=repo_id, folder_path=folder, commit_message=commit_message)
+        url = upload_folder(repo_id=repo_id, folder_path=folder, commit_message=commit_message,
+                            ignore_patterns=ignore_patterns)
     except (OSError, ValueError) as err:  # Network, authentication and bad-name errors.
         raise SystemExit(
             f"error: pushing to the Hub repository {repo_id!r} failed: {err}\n"

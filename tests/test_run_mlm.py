@@ -145,8 +145,12 @@ def test_train_interrupt_resume_and_fill_mask(train_args, tmp_path):
 
 
 def test_two_cpu_replicas_with_gradient_accumulation_and_bfloat16(train_args, tmp_path):
+    # Pushing to the Hub fails here (offline), after the model is saved: the message says how to push it later.
     result = run_script("run_mlm.py", *train_args, "--num_cpu_replicas", 2, "--gradient_accumulation_steps", 2,
-                        "--bfloat16", "--max_steps", 6, "--eval_every_steps", 3, "--steps_per_execution", 3)
+                        "--bfloat16", "--max_steps", 6, "--eval_every_steps", 3, "--steps_per_execution", 3,
+                        "--hub_model_id", "someone/tiny-mlm", expect_failure=True)
+    assert "pushing to the Hub repository 'someone/tiny-mlm' failed" in result.stderr
+    assert "Nothing is lost" in result.stderr and (tmp_path / "model" / "tf_model.h5").exists()
     assert "MirroredStrategy with 2 replica(s) on 1 host(s); global batch 32 (8 per replica x 2 replicas x 2 " \
            "accumulation steps); XLA on; bfloat16 mixed precision" in result.stderr
     results = json.loads((tmp_path / "model" / "training_results.json").read_text())
