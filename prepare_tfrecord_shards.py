@@ -8,8 +8,8 @@ rather than padding or truncating each text keeps every token and wastes no comp
 over at the very end of a split (fewer than --max_length) are dropped and counted in the summary.
 
 Samples are written --shard_size at a time to {output_dir}/{split}/. Many shards let run_mlm.py read files in
-parallel and give each host of a multi-host job its own files. Memory stays bounded by about one shard plus one
-batch of texts, whatever the size of the corpus.
+parallel and give each host of a multi-host job its own files. Memory stays bounded by a few batches of texts
+and their tokens, whatever the size of the corpus and of the shards: samples go to disk as they are made.
 
 On-disk format, per split folder:
 
@@ -24,23 +24,39 @@ A shard is written under a temporary name (".tfrecord.tmp" suffix) and renamed o
 *.tfrecord is never half-written. The manifest holds: split, max_length, num_samples, num_tokens, dropped_tokens,
 tokenizer, vocab_size, and shards (a list of {"file", "num_samples"}).
 
+Speed: the tokenizer sets the pace (benchmarks/shard_preparation.py measures it). It tokenizes on all cores, in
+a background thread, while the main thread serializes and writes the samples of the previous batch. For local
+text files, local output and a tokenizer from train_unigram.py, nothing slow to import is imported: not
+TensorFlow (about 3 s, as long as tokenizing all of WikiText-2 takes), nor 🤗 Datasets or 🤗 Transformers (over a
+second each). The records are serialized here, with numpy, into the very bytes that tf.io.TFRecordWriter writes
+for tf.train.Example(...).SerializeToString(deterministic=True) (see RecordSerializer; a test checks it); text
+files are read directly; such a tokenizer is loaded with 🤗 Tokenizers alone. TensorFlow's file layer comes in
+for gs:// paths only, 🤗 Datasets for Hub datasets and JSON-lines or Parquet files, 🤗 Transformers for other
+tokenizers.
+
 Example:
     python prepare_tfrecord_shards.py --tokenizer_name_or_path unigram-tokenizer \\
         --train_file data/train.txt --validation_file data/validation.txt --output_dir tfrecords
 """
 
 import argparse
+import itertools
 import json
 import logging
 import os
+import queue
+import shutil
+import struct
+import threading
 import time
 
+import google_crc32c
 import numpy as np
-import tensorflow as tf
-from tqdm.auto import tqdm
-from transformers import AutoTokenizer
+from tokenizers import Tokenizer
+from tqdm import tqdm
 
-from utils import MANIFEST_NAME, SHARD_NAME, check_output_dir, iter_text_batches, load_text_splits
+from utils import (MANIFEST_NAME, SHARD_NAME, check_output_dir, data_files_format, is_gcs_path, iter_text_batches,
+                   load_text_splits)
 
 logger = logging.getLogger("prepare_tfrecord_shards")
 
@@ -83,75 +99,310 @@ def parse_args():
     return args
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# Reading and tokenizing
+
+
+def load_tokenizer(name_or_path):
+    """The 🤗 Tokenizers tokenizer that `AutoTokenizer.from_pretrained(name_or_path)` wraps, and its vocabulary size
+    (added tokens included, as `len(tokenizer)` counts it).
+
+    A folder written by train_unigram.py holds a plain PreTrainedTokenizerFast, which wraps its tokenizer.json as
+    it is: loading that file directly gives the same tokens without importing 🤗 Transformers. Anything else (a
+    Hub id, a model-specific tokenizer class that may adjust its tokenizer when loaded) goes through AutoTokenizer.
+    """
+    tokenizer_file = os.path.join(name_or_path, "tokenizer.json")
+    config_file = os.path.join(name_or_path, "tokenizer_config.json")
+    if os.path.isfile(tokenizer_file) and os.path.isfile(config_file):
+        with open(config_file, encoding="utf-8") as f:
+            config = json.load(f)
+        # The settings with which PreTrainedTokenizerFast would change the tokenizer it loads.
+        if config.get("tokenizer_class") == "PreTrainedTokenizerFast" and not any(
+                config.get(setting) for setting in ("split_special_tokens", "add_prefix_space")):
+            tokenizer = Tokenizer.from_file(tokenizer_file)
+            return tokenizer, tokenizer.get_vocab_size(with_added_tokens=True)
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    if not tokenizer.is_fast:
+        raise SystemExit(f"error: {name_or_path!r} has no fast (🤗 Tokenizers) version; "
+                         "train one with train_unigram.py.")
+    return tokenizer.backend_tokenizer, len(tokenizer)
+
+
+def iter_text_file_batches(paths, batch_size, limit=None):
+    """Yields lists of up to `batch_size` lines of local text files, leaving out empty and whitespace-only lines.
+
+    The same texts as 🤗 Datasets' "text" builder gives (lines split at "\\n", "\\r\\n" or "\\r", without the line
+    break), read at disk speed and without importing 🤗 Datasets. `limit` caps the lines read, as in
+    utils.iter_text_batches.
+    """
+    batch, num_read = [], 0
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if limit is not None and num_read == limit:
+                    break
+                num_read += 1
+                if not line.isspace():  # An empty line is its "\n" alone: whitespace too.
+                    batch.append(line.rstrip("\n"))
+                    if len(batch) == batch_size:
+                        yield batch
+                        batch = []
+    if batch:
+        yield batch
+
+
 def tokenize(tokenizer, texts):
     """Token ids of a batch of texts, concatenated in one array. Runs on all cores inside 🤗 Tokenizers."""
-    encodings = tokenizer.backend_tokenizer.encode_batch_fast(texts)
-    return np.concatenate([encoding.ids for encoding in encodings]).astype(np.int64)
+    encodings = tokenizer.encode_batch_fast(texts)  # encode_batch without character offsets, which we never use.
+    return np.fromiter(itertools.chain.from_iterable(encoding.ids for encoding in encodings), np.int64)
 
 
-def serialize_sample(input_ids, attention_mask_feature):
-    """One sample as a serialized tf.train.Example (the format in the module docstring)."""
-    example = tf.train.Example(features=tf.train.Features(feature={
-        "input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=input_ids)),
-        "attention_mask": attention_mask_feature,
-    }))
-    return example.SerializeToString()
+def in_background(items, depth=2):
+    """Yields the items of the iterator `items`, computed in a background thread up to `depth` items ahead.
+
+    An exception raised by `items` is raised here, in the caller's thread. Work that releases Python's lock, such
+    as 🤗 Tokenizers' encoding, then overlaps with the caller's own work on the previous items.
+    """
+    done = object()
+    results = queue.Queue(maxsize=depth)
+
+    def produce():
+        try:
+            for item in items:
+                results.put((item, None))
+        except BaseException as error:  # SystemExit included: the caller re-raises it.
+            results.put((None, error))
+        results.put((done, None))
+
+    threading.Thread(target=produce, daemon=True).start()  # A daemon: it never keeps a failed run alive.
+    while True:
+        item, error = results.get()
+        if error is not None:
+            raise error
+        if item is done:
+            return
+        yield item
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Serializing: tf.train.Example records in TFRecord files, without TensorFlow
+#
+# Protobuf wire format (https://protobuf.dev/programming-guides/encoding/). A field is a tag, (field number << 3)
+# | wire type, followed by its value; every field here has wire type 2, "length-delimited": the tag, then the
+# value's length in bytes as a varint, then the value's bytes. A varint is 7 bits per byte, lowest bits first,
+# with the top bit set on every byte but the last (300 = 0b10_0101100 -> 0xAC 0x02). The messages involved
+# (tensorflow/core/example/example.proto and feature.proto):
+#
+#   Example   { Features features = 1; }
+#   Features  { map<string, Feature> feature = 1; }   each entry a message { string key = 1; Feature value = 2; }
+#   Feature   { oneof kind { BytesList bytes_list = 1; FloatList float_list = 2; Int64List int64_list = 3; } }
+#   Int64List { repeated int64 value = 1 [packed = true]; }   packed: one length-delimited field of varints
+#
+# So one sample serializes as
+#
+#   0x0A len(Features)                                                    Example.features
+#     0x0A len(entry) 0x0A 14 "attention_mask" 0x12 len(Feature)          Features.feature, map entry
+#       0x1A len(Int64List) 0x0A len(varints) varint(1) * max_length       Feature.int64_list, Int64List.value
+#     0x0A len(entry) 0x0A 9 "input_ids" 0x12 len(Feature)
+#       0x1A len(Int64List) 0x0A len(varints) varint(id) for each id
+#
+# with the map entries in key order, as protobuf's deterministic serialization orders them. An int64 is the
+# varint of its 64-bit two's complement (a negative one takes 10 bytes); token ids are never negative.
+#
+# TFRecord framing (tensorflow/core/lib/io/record_writer.cc), per record:
+#
+#   uint64 length, little-endian | uint32 masked_crc32c(those 8 bytes) | data | uint32 masked_crc32c(data)
+#
+# where masked_crc32c(x) = ((crc >> 15 | crc << 17) + 0xA282EAD8) mod 2**32, with crc the CRC-32C of x.
+
+
+def varint(value):
+    """The protobuf varint of a non-negative Python int."""
+    encoded = bytearray()
+    while value >= 0x80:
+        encoded.append(value & 0x7F | 0x80)
+        value >>= 7
+    encoded.append(value)
+    return bytes(encoded)
+
+
+def field_header(field_number, size):
+    """Tag and length of a length-delimited protobuf field whose value takes `size` bytes."""
+    return varint(field_number << 3 | 2) + varint(size)
+
+
+def int64_feature_entry_prefix(name, values_size):
+    """What precedes the packed varints (`values_size` bytes) of int64 feature `name` in a Features message."""
+    int64_list = field_header(1, values_size)  # Int64List.value
+    feature = field_header(3, len(int64_list) + values_size)  # Feature.int64_list
+    feature_size = len(feature) + len(int64_list) + values_size
+    key = field_header(1, len(name.encode())) + name.encode()  # map entry key
+    value = field_header(2, feature_size)  # map entry value
+    entry_size = len(key) + len(value) + feature_size
+    return field_header(1, entry_size) + key + value + feature + int64_list  # Features.feature
+
+
+def packed_varints(rows):
+    """The varints of each row of a 2-D integer array, concatenated; and how many bytes each row takes.
+
+    Vectorized: every value is split into 7-bit groups at once, and only the groups that the value needs are
+    kept, each with its continuation bit.
+    """
+    values = np.asarray(rows, np.int64).view(np.uint64)  # A negative int64 is encoded as its two's complement.
+    width = len(varint(int(values.max())))  # Bytes of the longest varint here.
+    sizes = np.ones(values.shape, np.int64)
+    for group in range(1, width):
+        sizes += values >= np.uint64(1 << 7 * group)
+    shifts = np.arange(width, dtype=np.uint64) * np.uint64(7)
+    groups = (values[..., np.newaxis] >> shifts & np.uint64(0x7F)).astype(np.uint8)
+    positions = np.arange(width)
+    groups |= (positions < sizes[..., np.newaxis] - 1).astype(np.uint8) << 7  # Continuation bits.
+    return groups[positions < sizes[..., np.newaxis]].tobytes(), sizes.sum(axis=1)
+
+
+def masked_crc32c(data):
+    crc = google_crc32c.value(data)
+    return ((crc >> 15 | crc << 17) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+class RecordSerializer:
+    """Turns samples of token ids into TFRecord-framed tf.train.Example records, as bytes ready to be written.
+
+    Equal to writing `tf.train.Example(features=tf.train.Features(feature={"input_ids": ..., "attention_mask":
+    ...})).SerializeToString()` for each sample with tf.io.TFRecordWriter, and about 20 times faster: the varints
+    of a batch of samples are computed with numpy, and the bytes around them depend only on their length, so
+    they are computed once per length.
+    """
+
+    def __init__(self, max_length):
+        ones_size = max_length  # The varint of 1 is one byte.
+        self.attention_mask_entry = int64_feature_entry_prefix("attention_mask", ones_size) + b"\x01" * ones_size
+        self.prefixes = {}  # Size of a sample's input_ids varints -> the bytes of its record that precede them.
+        self.length_headers = {}  # Size of a record -> its TFRecord length field and that field's CRC.
+
+    def __call__(self, samples):
+        values, sizes = packed_varints(samples)
+        records = []
+        start = 0
+        for end in np.cumsum(sizes).tolist():
+            record = self._prefix(end - start) + values[start:end]
+            records += [self._length_header(len(record)), record, struct.pack("<I", masked_crc32c(record))]
+            start = end
+        return b"".join(records)
+
+    def _prefix(self, values_size):
+        if values_size not in self.prefixes:
+            input_ids_entry = int64_feature_entry_prefix("input_ids", values_size)
+            features_size = len(self.attention_mask_entry) + len(input_ids_entry) + values_size
+            self.prefixes[values_size] = (field_header(1, features_size) + self.attention_mask_entry
+                                          + input_ids_entry)
+        return self.prefixes[values_size]
+
+    def _length_header(self, size):
+        if size not in self.length_headers:
+            length = struct.pack("<Q", size)
+            self.length_headers[size] = length + struct.pack("<I", masked_crc32c(length))
+        return self.length_headers[size]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Files: local paths with the standard library, gs:// paths with TensorFlow's file layer (imported only then)
+
+
+def gfile():
+    import tensorflow as tf  # Only for gs:// paths: it takes seconds to import.
+
+    return tf.io.gfile
+
+
+def open_for_writing(path, mode="wb"):
+    return gfile().GFile(path, mode) if is_gcs_path(path) else open(path, mode)
+
+
+def rename(source, destination):
+    """Moves `source` to `destination`, replacing it if it exists (atomic on local file systems)."""
+    if is_gcs_path(source):
+        gfile().rename(source, destination, overwrite=True)
+    else:
+        os.replace(source, destination)
+
+
+def recreate_folder(path):
+    """Makes `path` an empty folder, deleting what it held."""
+    if is_gcs_path(path):
+        if gfile().exists(path):
+            gfile().rmtree(path)
+        gfile().makedirs(path)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+        os.makedirs(path)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Writing
 
 
 class ShardWriter:
-    """Collects samples and writes them to shards of `shard_size` samples, each under a temporary name first."""
+    """Writes samples to shards of `shard_size` samples as they come, each under a temporary name until complete."""
+
+    # Samples serialized at a time: bounds the memory of the serializer's arrays whatever the batch size.
+    CHUNK_SIZE = 1024
 
     def __init__(self, split_dir, shard_size, max_length):
         self.split_dir = split_dir
         self.shard_size = shard_size
-        self.attention_mask_feature = tf.train.Feature(int64_list=tf.train.Int64List(value=[1] * max_length))
-        self.pending = []  # Arrays of samples not yet written, fewer than shard_size samples in all.
-        self.num_pending = 0
+        self.serialize = RecordSerializer(max_length)
+        self.file = None  # The open shard, if any, and its number of samples so far.
+        self.num_in_file = 0
         self.shards = []  # {"file", "num_samples"} of every complete shard, in order.
 
     def add(self, samples):
-        self.pending.append(samples)
-        self.num_pending += len(samples)
-        while self.num_pending >= self.shard_size:
-            buffered = np.concatenate(self.pending)
-            self._write(buffered[:self.shard_size])
-            self.pending = [buffered[self.shard_size:]]
-            self.num_pending = len(self.pending[0])
+        while len(samples):
+            if self.file is None:
+                self.file = open_for_writing(self._temporary_path())
+            count = min(len(samples), self.shard_size - self.num_in_file, self.CHUNK_SIZE)
+            self.file.write(self.serialize(samples[:count]))
+            self.num_in_file += count
+            samples = samples[count:]
+            if self.num_in_file == self.shard_size:
+                self._finish_shard()
 
     def close(self):
-        if self.num_pending:
-            self._write(np.concatenate(self.pending))
-        self.pending, self.num_pending = [], 0
+        if self.file is not None:
+            self._finish_shard()
 
-    def _write(self, samples):
-        name = SHARD_NAME.format(index=len(self.shards), num_samples=len(samples))
-        path = os.path.join(self.split_dir, name)
-        with tf.io.TFRecordWriter(path + ".tmp") as writer:
-            for input_ids in samples:
-                writer.write(serialize_sample(input_ids, self.attention_mask_feature))
-        tf.io.gfile.rename(path + ".tmp", path, overwrite=False)
-        self.shards.append({"file": name, "num_samples": len(samples)})
+    def _temporary_path(self):
+        return os.path.join(self.split_dir, f"dataset-{len(self.shards)}.tfrecord.tmp")
+
+    def _finish_shard(self):
+        self.file.close()
+        name = SHARD_NAME.format(index=len(self.shards), num_samples=self.num_in_file)
+        rename(self._temporary_path(), os.path.join(self.split_dir, name))
+        self.shards.append({"file": name, "num_samples": self.num_in_file})
+        self.file, self.num_in_file = None, 0
 
 
-def write_split(split, dataset, tokenizer, args):
-    """Tokenizes one split and writes its shards and manifest; returns the manifest."""
+def write_split(split, batches, tokenizer, vocab_size, args):
+    """Tokenizes one split (an iterator of batches of texts), writes its shards and manifest; returns the manifest."""
     split_dir = os.path.join(args.output_dir, split)
-    if tf.io.gfile.exists(split_dir):  # Only reached with --overwrite: replace this split's old files.
-        tf.io.gfile.rmtree(split_dir)
-    tf.io.gfile.makedirs(split_dir)
+    recreate_folder(split_dir)  # Only holds files with --overwrite: replace this split's old shards.
 
     writer = ShardWriter(split_dir, args.shard_size, args.max_length)
     leftover = np.zeros(0, dtype=np.int64)  # Tokens that do not fill a sample yet; they begin the next one.
     num_texts = 0
+    tokenized = in_background((len(texts), tokenize(tokenizer, texts)) for texts in batches)
     with tqdm(desc=f"{split}: tokenizing", unit=" texts") as text_bar, \
             tqdm(desc=f"{split}: writing", unit=" samples") as sample_bar:
-        for texts in iter_text_batches(dataset, args.text_column, args.batch_size, args.limit):
-            stream = np.concatenate([leftover, tokenize(tokenizer, texts)])
+        for batch_texts, tokens in tokenized:
+            stream = np.concatenate([leftover, tokens])
             num_samples = len(stream) // args.max_length
             writer.add(stream[:num_samples * args.max_length].reshape(num_samples, args.max_length))
             leftover = stream[num_samples * args.max_length:]
-            num_texts += len(texts)
-            text_bar.update(len(texts))
+            num_texts += batch_texts
+            text_bar.update(batch_texts)
             sample_bar.update(num_samples)
         writer.close()
 
@@ -167,13 +418,13 @@ def write_split(split, dataset, tokenizer, args):
         "dropped_tokens": len(leftover),
         "num_texts": num_texts,
         "tokenizer": args.tokenizer_name_or_path,
-        "vocab_size": len(tokenizer),
+        "vocab_size": vocab_size,
         "shards": writer.shards,
     }
     manifest_path = os.path.join(split_dir, MANIFEST_NAME)
-    with tf.io.gfile.GFile(manifest_path + ".tmp", "w") as f:
+    with open_for_writing(manifest_path + ".tmp", "w") as f:
         json.dump(manifest, f, indent=2)
-    tf.io.gfile.rename(manifest_path + ".tmp", manifest_path, overwrite=True)
+    rename(manifest_path + ".tmp", manifest_path)
     return manifest
 
 
@@ -185,17 +436,22 @@ def main():
     data_files = {split: getattr(args, f"{split}_file") for split in ("train", "validation", "test")
                   if getattr(args, f"{split}_file")}
     check_output_dir(args.output_dir, args.overwrite)  # Fail before the long part, not after it.
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name_or_path)
-    if not tokenizer.is_fast:
-        raise SystemExit(f"error: {args.tokenizer_name_or_path!r} has no fast (🤗 Tokenizers) version; "
-                         "train one with train_unigram.py.")
-    if data_files:
-        splits = load_text_splits(data_files=data_files)
+    tokenizer, vocab_size = load_tokenizer(args.tokenizer_name_or_path)
+    if data_files and data_files_format(data_files) == "text" and not any(
+            is_gcs_path(path) for paths in data_files.values() for path in paths):
+        if args.text_column != "text":  # As 🤗 Datasets' "text" builder, which names its only column "text".
+            raise SystemExit(f"error: the data has no column {args.text_column!r}; its columns are ['text']. "
+                             "Choose one with --text_column.")
+        splits = {split: iter_text_file_batches(paths, args.batch_size, args.limit)
+                  for split, paths in data_files.items()}
     else:
-        splits = load_text_splits(dataset_name=args.dataset_name, dataset_config=args.dataset_config,
-                                  splits=args.split, trust_remote_code=args.trust_remote_code)
+        datasets = load_text_splits(data_files=data_files) if data_files else load_text_splits(
+            dataset_name=args.dataset_name, dataset_config=args.dataset_config, splits=args.split,
+            trust_remote_code=args.trust_remote_code)
+        splits = {split: iter_text_batches(dataset, args.text_column, args.batch_size, args.limit)
+                  for split, dataset in datasets.items()}
 
-    manifests = [write_split(split, dataset, tokenizer, args) for split, dataset in splits.items()]
+    manifests = [write_split(split, batches, tokenizer, vocab_size, args) for split, batches in splits.items()]
 
     seconds = time.perf_counter() - start
     num_tokens = sum(m["num_tokens"] for m in manifests)

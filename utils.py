@@ -37,21 +37,7 @@ def load_text_splits(*, data_files=None, dataset_name=None, dataset_config=None,
     import datasets  # Imported here: run_mlm.py never needs it.
 
     if data_files:
-        builders = set()
-        for split, paths in data_files.items():
-            for path in paths:
-                extension = os.path.splitext(path)[1].lower()
-                if extension not in FILE_BUILDERS:
-                    raise SystemExit(
-                        f"error: cannot read {path!r}: unknown extension {extension!r}. "
-                        f"Use text ({', '.join(e for e, b in FILE_BUILDERS.items() if b == 'text')}), "
-                        f"JSON lines (.json, .jsonl) or Parquet (.parquet) files.")
-                if not is_gcs_path(path) and not os.path.isfile(path):
-                    raise SystemExit(f"error: the {split} file {path!r} does not exist.")
-                builders.add(FILE_BUILDERS[extension])
-        if len(builders) > 1:
-            raise SystemExit(f"error: all input files must have one format, got a mix of {sorted(builders)}.")
-        return datasets.load_dataset(builders.pop(), data_files=data_files, streaming=True)
+        return datasets.load_dataset(data_files_format(data_files), data_files=data_files, streaming=True)
 
     _check_hub_reachable(dataset_name)
     try:
@@ -68,6 +54,29 @@ def load_text_splits(*, data_files=None, dataset_name=None, dataset_config=None,
                              f"it has {sorted(corpus)}.")
         corpus = {split: corpus[split] for split in splits}
     return dict(corpus)
+
+
+def data_files_format(data_files):
+    """The 🤗 Datasets builder ("text", "json" or "parquet") that reads every file of `data_files` ({split: [paths]}).
+
+    Raises SystemExit, with a message that says what to do, for a missing file, an unknown extension or a mix of
+    formats.
+    """
+    builders = set()
+    for split, paths in data_files.items():
+        for path in paths:
+            extension = os.path.splitext(path)[1].lower()
+            if extension not in FILE_BUILDERS:
+                raise SystemExit(
+                    f"error: cannot read {path!r}: unknown extension {extension!r}. "
+                    f"Use text ({', '.join(e for e, b in FILE_BUILDERS.items() if b == 'text')}), "
+                    f"JSON lines (.json, .jsonl) or Parquet (.parquet) files.")
+            if not is_gcs_path(path) and not os.path.isfile(path):
+                raise SystemExit(f"error: the {split} file {path!r} does not exist.")
+            builders.add(FILE_BUILDERS[extension])
+    if len(builders) > 1:
+        raise SystemExit(f"error: all input files must have one format, got a mix of {sorted(builders)}.")
+    return builders.pop()
 
 
 def _check_hub_reachable(dataset_name):

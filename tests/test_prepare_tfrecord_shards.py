@@ -2,6 +2,8 @@
 
 import json
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -9,7 +11,7 @@ import tensorflow as tf
 from transformers import AutoTokenizer
 
 from conftest import MAX_LENGTH, SHARD_LINES
-from helpers import WIKITEXT, run_script
+from helpers import REPO, WIKITEXT, run_script
 
 
 def read_shard(path):
@@ -107,3 +109,99 @@ def test_bad_numbers_are_refused(tmp_path, tokenizer_dir):
     result = run_script("prepare_tfrecord_shards.py", "--train_file", WIKITEXT / "validation.txt",
                         "--max_length", 0, "--output_dir", tmp_path / "out", expect_failure=True)
     assert "--max_length must be a positive number" in result.stderr
+
+
+# The records are serialized without TensorFlow (prepare_tfrecord_shards.RecordSerializer): they must be the very
+# bytes TensorFlow writes. Token ids of every varint length are covered, up to 250,000 (the largest vocabularies),
+# and beyond.
+EDGE_IDS = [0, 1, 127, 128, 255, 16383, 16384, 250_000, 2**21 - 1, 2**21, 2**31 - 1, 2**35, 2**63 - 1]
+
+
+def test_records_are_byte_for_byte_those_of_tensorflow(tmp_path):
+    from prepare_tfrecord_shards import RecordSerializer
+
+    max_length = len(EDGE_IDS)
+    rng = np.random.default_rng(0)
+    samples = np.stack([EDGE_IDS, EDGE_IDS[::-1], rng.integers(0, 250_001, max_length),
+                        rng.integers(0, 128, max_length), np.full(max_length, 2**63 - 1)])
+    path = tmp_path / "expected.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for input_ids in samples:
+            example = tf.train.Example(features=tf.train.Features(feature={
+                "input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=input_ids)),
+                "attention_mask": tf.train.Feature(int64_list=tf.train.Int64List(value=[1] * max_length)),
+            }))
+            # Deterministic: map entries in key order. The plain call orders them by a hash seeded anew in every
+            # process, so two runs of TensorFlow itself need not agree byte for byte.
+            writer.write(example.SerializeToString(deterministic=True))
+    assert RecordSerializer(max_length)(samples) == path.read_bytes()
+    # One sample at a time, and the batch of all five, give the same bytes.
+    serialize = RecordSerializer(max_length)
+    assert b"".join(serialize(samples[i:i + 1]) for i in range(len(samples))) == path.read_bytes()
+
+
+def test_shard_writer_fills_shards_across_batches_and_chunks(tmp_path, monkeypatch):
+    from prepare_tfrecord_shards import ShardWriter
+
+    monkeypatch.setattr(ShardWriter, "CHUNK_SIZE", 4)  # Serialize in chunks smaller than a shard and a batch.
+    samples = np.arange(23 * 3).reshape(23, 3)
+    writer = ShardWriter(str(tmp_path), shard_size=10, max_length=3)
+    for start, end in [(0, 1), (1, 14), (14, 20), (20, 23)]:
+        writer.add(samples[start:end])
+    writer.close()
+    assert writer.shards == [{"file": "dataset-0-10.tfrecord", "num_samples": 10},
+                             {"file": "dataset-1-10.tfrecord", "num_samples": 10},
+                             {"file": "dataset-2-3.tfrecord", "num_samples": 3}]
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(shard["file"] for shard in writer.shards)
+    rows = [row for shard in writer.shards for row in read_shard(tmp_path / shard["file"])]
+    assert rows == [(list(sample), [1, 1, 1]) for sample in samples.tolist()]
+
+
+def test_text_files_are_read_as_datasets_reads_them(tmp_path):
+    from prepare_tfrecord_shards import iter_text_file_batches
+    from utils import iter_text_batches, load_text_splits
+
+    (tmp_path / "a.txt").write_bytes(b"first line\r\n\r\n  \nsecond\rthird\t \n\n\xc3\xa9t\xc3\xa9 \xe2\x80\xa8 fin")
+    (tmp_path / "b.txt").write_text(" \nother file\n")
+    paths = [str(tmp_path / "a.txt"), str(tmp_path / "b.txt")]
+    dataset = load_text_splits(data_files={"train": paths})["train"]
+    for batch_size, limit in [(2, None), (100, None), (2, 4), (3, 9)]:
+        batches = list(iter_text_file_batches(paths, batch_size, limit))
+        assert all(0 < len(batch) <= batch_size for batch in batches)
+        # Batches may be cut elsewhere (🤗 Datasets counts empty lines in a batch), the texts are the same.
+        expected = [text for batch in iter_text_batches(dataset, "text", batch_size, limit) for text in batch]
+        assert [text for batch in batches for text in batch] == expected
+    assert sum(map(len, iter_text_file_batches(paths, 100))) == 5  # "first line" to "other file"
+
+
+def test_fast_tokenizer_loading_matches_auto_tokenizer(tokenizer_dir):
+    from prepare_tfrecord_shards import load_tokenizer
+
+    tokenizer, vocab_size = load_tokenizer(str(tokenizer_dir))
+    reference = AutoTokenizer.from_pretrained(tokenizer_dir)
+    texts = ["The <mask> was released in 2011 .", " Valkyria Chronicles III ", "é à <unk> ☃", ""]
+    assert [encoding.ids for encoding in tokenizer.encode_batch_fast(texts)] == reference(texts).input_ids
+    assert vocab_size == len(reference) == 1000
+
+
+def test_local_text_to_local_shards_imports_neither_tensorflow_nor_datasets_nor_transformers(tmp_path, tokenizer_dir):
+    # Their imports took seconds each, as long as tokenizing a small corpus: see prepare_tfrecord_shards.py.
+    argv = ["prepare_tfrecord_shards.py", "--tokenizer_name_or_path", str(tokenizer_dir), "--train_file",
+            str(WIKITEXT / "validation.txt"), "--limit", "300", "--max_length", "32", "--output_dir", str(tmp_path)]
+    script = (f"import runpy, sys; sys.argv = {argv!r}; runpy.run_path(sys.argv[0], run_name='__main__'); "
+              "print([name for name in ('tensorflow', 'datasets', 'transformers') if name in sys.modules])")
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True)
+    assert result.stdout.splitlines()[-1] == "[]"
+    assert (tmp_path / "train" / "manifest.json").exists()
+
+
+def test_errors_in_the_tokenizing_thread_reach_the_user(tmp_path, tokenizer_dir):
+    (tmp_path / "data.jsonl").write_text('{"content": "some text"}\n')
+    result = run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
+                        "--train_file", tmp_path / "data.jsonl", "--output_dir", tmp_path / "out",
+                        expect_failure=True)
+    assert "the data has no column 'text'" in result.stderr and "--text_column" in result.stderr
+    result = run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
+                        "--train_file", WIKITEXT / "validation.txt", "--text_column", "content",
+                        "--output_dir", tmp_path / "out2", expect_failure=True)
+    assert "the data has no column 'content'" in result.stderr
