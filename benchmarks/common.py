@@ -1,0 +1,68 @@
+"""What the benchmarks share: where the repository is, the machine they ran on, and printing a table."""
+
+import os
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WIKITEXT = REPO.parent / "shared" / "data" / "wikitext-2-v1"
+# The benchmarks import functions from the pipeline's scripts, at the top of the repository.
+sys.path.insert(0, str(REPO))
+
+# Offline, and TensorFlow quiet: set before any 🤗 library or TensorFlow is imported, here and in child processes.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def describe_machine():
+    """One line about the machine: CPU model, cores, memory, Python. Printed above every table."""
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+        with open("/proc/meminfo") as f:
+            memory = f"{int(f.readline().split()[1]) / 2**20:.0f} GiB"
+    except (OSError, StopIteration):
+        memory = "unknown memory"
+    return f"{cpu}, {os.cpu_count()} cores, {memory}, Python {platform.python_version()}"
+
+
+def load_average():
+    """The 1-minute load average: above the number of cores, something else competed for the CPU."""
+    return os.getloadavg()[0]
+
+
+def median(values):
+    return statistics.median(values)
+
+
+def print_table(headers, rows):
+    """Prints rows (lists of values, formatted with str) as a Markdown table, columns aligned."""
+    rows = [[str(value) for value in row] for row in rows]
+    widths = [max(len(row[i]) for row in [headers, *rows]) for i in range(len(headers))]
+    for row in [headers, ["-" * width for width in widths], *rows]:
+        print("| " + " | ".join(value.ljust(width) for value, width in zip(row, widths)) + " |")
+    print()
+
+
+def training_flops_per_sample(hidden, layers, intermediate, vocab, length, head_positions):
+    """Floating-point operations of one training step (forward and backward) on one sample, counted analytically.
+
+    A multiply-add is 2 FLOPs, and the backward pass costs twice the forward one (a gradient for the activations
+    and one for the weights), so training costs 3 x 2 = 6 FLOPs per multiply-add of the forward pass. Per sample
+    of `length` tokens, the forward pass of a BERT/RoBERTa encoder with its masked-LM head does these
+    multiply-adds:
+        encoder matmuls   layers x length x (4 hidden^2 + 2 hidden intermediate)   Q, K, V, output; feed-forward
+        attention         layers x 2 length^2 x hidden                               Q K^T, and weights x V
+        LM head           head_positions x (hidden^2 + hidden vocab)                 dense transform; vocabulary
+    with head_positions = length for the full head, or K for the head gathered at K masked positions. That is
+    6 x (matmul parameters) x tokens + 12 x layers x length^2 x hidden. Left out, as they are a few percent at
+    most: embedding lookups, biases, layer norms, activations, softmaxes and the optimizer update.
+    """
+    encoder = layers * length * (4 * hidden**2 + 2 * hidden * intermediate)
+    attention = layers * 2 * length**2 * hidden
+    head = head_positions * (hidden**2 + hidden * vocab)
+    return 6 * (encoder + attention + head)

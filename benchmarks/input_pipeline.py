@@ -1,0 +1,134 @@
+#!/usr/bin/env python
+"""Benchmark of run_mlm.py's input pipeline alone, against what a TPU would consume.
+
+The pipeline is run_mlm.make_dataset, as training uses it: read the shards (8 files at a time), shuffle in a
+buffer of 10,000 samples, batch, parse, mask (with the gathered head's masked positions). It runs on this
+machine's CPU cores and feeds nothing: batches are pulled by a TensorFlow loop, with no Python per batch, after a
+warm-up that fills the shuffle buffer. Shards come from WikiText-2 train, written by prepare_tfrecord_shards.py at
+each sequence length; lengths are measured in turn, round after round, so that a busy machine disturbs them alike.
+
+The second table is what a TPU would consume training RoBERTa-base, at its published peak: samples/s = peak
+FLOP/s / training FLOPs per sample (common.training_flops_per_sample, with the LM head at the default
+--max_predictions_per_seq positions, or at every position). A real run reaches a fraction of peak, so these are
+upper bounds: the input pipeline must deliver at least that much, per host.
+
+    python benchmarks/input_pipeline.py
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from common import REPO, WIKITEXT, describe_machine, load_average, median, print_table, training_flops_per_sample
+
+import tensorflow as tf  # noqa: E402  (after common, which quiets TensorFlow)
+from transformers import RobertaConfig  # noqa: E402
+
+from run_mlm import default_max_predictions, make_dataset  # noqa: E402
+
+# Published peak bf16 compute (cloud.google.com/tpu/docs/v3 and /v4): 123 TFLOP/s per v3 chip, 275 per v4 chip;
+# a v3-8 or a v4-8 is one host with 4 chips (8 TensorCores).
+TPU_PEAK_FLOPS = {"TPU v3-8": 4 * 123e12, "TPU v4-8": 4 * 275e12}
+SPECIAL_TOKEN_IDS = [0, 1, 2, 3, 4]  # <s>, <pad>, </s>, <unk>, <mask>: train_unigram.py's layout.
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--train_file", default=str(WIKITEXT / "train.txt"), help="Corpus (default: %(default)s).")
+    parser.add_argument("--tokenizer", help="Tokenizer folder (default: train one of 10,000 tokens on the corpus).")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512],
+                        help="Sequence lengths (default: %(default)s).")
+    parser.add_argument("--batch_size", type=int, default=32,
+                        help="Samples per batch, i.e. per replica (default: %(default)s).")
+    parser.add_argument("--batches", type=int, default=2000, help="Batches timed per round (default: %(default)s).")
+    parser.add_argument("--rounds", type=int, default=3, help="Rounds of measurements (default: %(default)s).")
+    parser.add_argument("--model_config", default=str(REPO / "configs" / "roberta-base.json"),
+                        help="Model whose training a TPU would run (default: %(default)s).")
+    return parser.parse_args()
+
+
+def write_shards(train_file, tokenizer, length, output_dir):
+    """WikiText shards of `length` tokens per sample, about 500 KB each whatever the length (as in a real run, the
+    pipeline reads many files); returns the files and the vocabulary size."""
+    subprocess.run([sys.executable, str(REPO / "prepare_tfrecord_shards.py"), "--tokenizer_name_or_path", tokenizer,
+                    "--train_file", train_file, "--max_length", str(length), "--shard_size",
+                    str(128_000 // length), "--output_dir", output_dir], check=True, capture_output=True)
+    with open(os.path.join(output_dir, "train", "manifest.json")) as f:
+        manifest = json.load(f)
+    return [os.path.join(output_dir, "train", shard["file"]) for shard in manifest["shards"]], manifest["vocab_size"]
+
+
+@tf.function
+def pull(iterator, num_batches):
+    """Takes `num_batches` batches from the iterator inside TensorFlow: no Python runs per batch."""
+    checksum = tf.constant(0, tf.int64)
+    for _ in tf.range(num_batches):
+        batch = next(iterator)
+        checksum += tf.cast(batch["input_ids"][0, 0] + batch["masked_positions"][0, 0], tf.int64)
+    return checksum
+
+
+def pipeline_speed(files, vocab_size, length, args):
+    """Samples per second of make_dataset at this length, after a warm-up that fills the shuffle buffer."""
+    masking = dict(mask_token_id=4, special_token_ids=SPECIAL_TOKEN_IDS, vocab_size=vocab_size,
+                   mlm_probability=0.15, max_predictions=default_max_predictions(0.15, length))
+    dataset = make_dataset(files, tf.distribute.InputContext(), batch_size=args.batch_size, max_length=length,
+                           masking=masking, seed=0, training=True, shuffle_buffer_size=10_000)
+    iterator = iter(dataset)
+    pull(iterator, tf.constant(20_000 // args.batch_size + 50))  # Fill the buffer, let tf.data tune itself.
+    start = time.perf_counter()
+    pull(iterator, tf.constant(args.batches))
+    return args.batches * args.batch_size / (time.perf_counter() - start)
+
+
+def main():
+    args = parse_args()
+    config = RobertaConfig.from_json_file(args.model_config)
+    with tempfile.TemporaryDirectory(prefix="pipeline-benchmark-") as scratch:
+        tokenizer = args.tokenizer
+        if not tokenizer:
+            tokenizer = os.path.join(scratch, "tokenizer")
+            subprocess.run([sys.executable, str(REPO / "train_unigram.py"), "--train_file", args.train_file,
+                            "--vocab_size", "10000", "--output_dir", tokenizer], check=True, capture_output=True)
+        shards = {length: write_shards(args.train_file, tokenizer, length, os.path.join(scratch, str(length)))
+                  for length in args.lengths}
+        speeds = {length: [] for length in args.lengths}
+        loads = [load_average()]
+        for round_number in range(args.rounds):
+            for length in args.lengths:
+                speeds[length].append(pipeline_speed(*shards[length], length, args))
+            loads.append(load_average())
+            print(f"round {round_number + 1} of {args.rounds} done", file=sys.stderr)
+
+    print(f"Machine: {describe_machine()}; TensorFlow {tf.__version__}; load average during the run "
+          f"{min(loads):.1f} to {max(loads):.1f}")
+    print(f"Pipeline: run_mlm.make_dataset(training=True), WikiText-2 train shards, batches of {args.batch_size}, "
+          f"shuffle buffer 10,000, masking 15 %; {args.batches} batches timed, median of {args.rounds} rounds\n")
+    print_table(["length", "samples/s", "range", "tokens/s"],
+                [[length, f"{median(s):,.0f}", f"{min(s):,.0f} to {max(s):,.0f}", f"{median(s) * length:,.0f}"]
+                 for length, s in speeds.items()])
+
+    print(f"What a TPU would consume at peak, training {os.path.basename(args.model_config)} (hidden "
+          f"{config.hidden_size}, {config.num_hidden_layers} layers, intermediate {config.intermediate_size}, "
+          f"vocabulary {config.vocab_size}); K = default --max_predictions_per_seq:\n")
+    rows = []
+    for length in args.lengths:
+        flops = {}
+        for head, positions in (("K", default_max_predictions(0.15, length)), ("all", length)):
+            flops[head] = training_flops_per_sample(config.hidden_size, config.num_hidden_layers,
+                                                    config.intermediate_size, config.vocab_size, length, positions)
+        for tpu, peak in TPU_PEAK_FLOPS.items():
+            consumed = peak / flops["K"]
+            rows.append([tpu, length, f"{peak / 1e12:.0f}", f"{default_max_predictions(0.15, length)}",
+                         f"{flops['K'] / 1e9:.1f}", f"{consumed:,.0f}", f"{flops['all'] / 1e9:.1f}",
+                         f"{peak / flops['all']:,.0f}", f"{median(speeds[length]) / consumed:.1f}"])
+    print_table(["TPU", "length", "peak TFLOP/s", "K", "GFLOP/sample, head at K", "samples/s at peak",
+                 "GFLOP/sample, full head", "samples/s at peak, full head", "pipeline / TPU (head at K)"], rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+#!/usr/bin/env python
+"""Benchmark of step 2: prepare_tfrecord_shards.py end to end, against the tokenizer alone, and its peak memory.
+
+Measured in one run, round after round, so that whatever else loads the machine disturbs every figure alike:
+
+- raw tokenizer: 🤗 Tokenizers' `Tokenizer.encode_batch` (and `encode_batch_fast`, which skips character
+  offsets) over the same non-empty lines, already in memory, in batches of --batch_size lines, on all cores;
+- end to end: `prepare_tfrecord_shards.py` in a fresh process, from process start to its exit (after the manifest
+  is written), on the corpus (1x) and on the corpus repeated --scale times; tokens per second (every token
+  tokenized, those dropped at the end included, as the tokenizer counts them) and peak resident memory;
+- with --baseline_script, another version of the script (say the previous commit's) the same way.
+
+And where the time goes: each stage of the script timed alone, one after the other, in every round.
+
+    python benchmarks/shard_preparation.py                      # WikiText-2 train, a 10k tokenizer trained on it
+    # Against the version before this benchmark (TensorFlow, 🤗 Datasets, tf.train.Example per sample):
+    mkdir -p /tmp/old && for f in prepare_tfrecord_shards.py utils.py; do git show ae96b08:$f > /tmp/old/$f; done
+    python benchmarks/shard_preparation.py --baseline_script /tmp/old/prepare_tfrecord_shards.py
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from common import REPO, WIKITEXT, describe_machine, load_average, median, print_table
+
+import prepare_tfrecord_shards as shards  # noqa: E402  (common puts the repository on the path)
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--train_file", default=str(WIKITEXT / "train.txt"), help="Corpus (default: %(default)s).")
+    parser.add_argument("--tokenizer", help="Tokenizer folder (default: train one of 10,000 tokens on the corpus "
+                                            "with train_unigram.py, before measuring).")
+    parser.add_argument("--max_length", type=int, default=128, help="Tokens per sample (default: %(default)s).")
+    parser.add_argument("--batch_size", type=int, default=1000,
+                        help="Lines per tokenizer call, for the script and the raw tokenizer (default: %(default)s).")
+    parser.add_argument("--scale", type=int, default=4,
+                        help="The larger corpus is the corpus repeated this many times (default: %(default)s).")
+    parser.add_argument("--rounds", type=int, default=3, help="Rounds of measurements (default: %(default)s).")
+    parser.add_argument("--baseline_script", help="Another version of prepare_tfrecord_shards.py to measure too.")
+    return parser.parse_args()
+
+
+def raw_tokenizer_speed(tokenizer, batches, method):
+    """Tokens per second and average busy cores of `tokenizer.method` over batches of lines held in memory."""
+    encode = getattr(tokenizer, method)
+    start, cpu_start = time.perf_counter(), time.process_time()
+    num_tokens = sum(len(encoding) for batch in batches for encoding in encode(batch))
+    seconds = time.perf_counter() - start
+    return num_tokens / seconds, (time.process_time() - cpu_start) / seconds
+
+
+def run_script(script, corpus, tokenizer, output_dir, args):
+    """Runs a version of prepare_tfrecord_shards.py in a fresh process, from start to exit.
+
+    Returns tokens per second (every token tokenized), average busy cores and peak resident memory in MiB.
+    """
+    command = [sys.executable, script, "--tokenizer_name_or_path", tokenizer, "--train_file", corpus,
+               "--max_length", str(args.max_length), "--batch_size", str(args.batch_size),
+               "--output_dir", output_dir, "--overwrite"]
+    with tempfile.TemporaryFile() as log:
+        start = time.perf_counter()
+        process = subprocess.Popen(command, stdout=log, stderr=log)
+        _, status, usage = os.wait4(process.pid, 0)  # The peak memory of this process alone, unlike getrusage.
+        seconds = time.perf_counter() - start
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if process.returncode:
+            log.seek(0)
+            raise SystemExit(f"{' '.join(command)} failed:\n{log.read().decode()[-3000:]}")
+    with open(os.path.join(output_dir, "train", "manifest.json")) as f:
+        manifest = json.load(f)
+    num_tokens = manifest["num_tokens"] + manifest["dropped_tokens"]
+    return num_tokens / seconds, (usage.ru_utime + usage.ru_stime) / seconds, usage.ru_maxrss / 1024
+
+
+def time_stages(corpus, tokenizer_dir, args, output_file):
+    """Seconds of each stage of the script, run alone and one after the other, in this process."""
+    stages = {}
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import prepare_tfrecord_shards"], cwd=REPO, check=True)
+    stages["process start and imports"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    tokenizer, _ = shards.load_tokenizer(tokenizer_dir)
+    stages["load the tokenizer"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    batches = list(shards.iter_text_file_batches([corpus], args.batch_size))
+    stages["read the text"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    tokens = [shards.tokenize(tokenizer, batch) for batch in batches]
+    stages["tokenize (encode_batch_fast, ids to numpy)"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    stream = np.concatenate(tokens)
+    num_samples = len(stream) // args.max_length
+    samples = stream[:num_samples * args.max_length].reshape(num_samples, args.max_length)
+    serialize = shards.RecordSerializer(args.max_length)
+    records = [serialize(samples[i:i + shards.ShardWriter.CHUNK_SIZE])
+               for i in range(0, num_samples, shards.ShardWriter.CHUNK_SIZE)]
+    stages["cut and serialize"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    with open(output_file, "wb") as f:
+        for chunk in records:
+            f.write(chunk)
+    stages["write"] = time.perf_counter() - start
+    return stages
+
+
+def main():
+    args = parse_args()
+    with tempfile.TemporaryDirectory(prefix="shard-benchmark-") as scratch:
+        tokenizer_dir = args.tokenizer
+        if not tokenizer_dir:
+            tokenizer_dir = os.path.join(scratch, "tokenizer")
+            subprocess.run([sys.executable, str(REPO / "train_unigram.py"), "--train_file", args.train_file,
+                            "--vocab_size", "10000", "--output_dir", tokenizer_dir],
+                           check=True, capture_output=True)
+        larger = os.path.join(scratch, f"train-x{args.scale}.txt")
+        with open(args.train_file, "rb") as f:
+            text = f.read()
+        with open(larger, "wb") as f:
+            f.write(text * args.scale)
+
+        tokenizer, _ = shards.load_tokenizer(tokenizer_dir)
+        batches = list(shards.iter_text_file_batches([args.train_file], args.batch_size))
+        scripts = {"prepare_tfrecord_shards.py": str(REPO / "prepare_tfrecord_shards.py")}
+        if args.baseline_script:
+            scripts["baseline"] = args.baseline_script
+
+        results = {}  # Row name -> one (tokens/s, busy cores, peak MiB) per round.
+        stages = {}  # Stage -> seconds, one per round.
+        loads = [load_average()]
+        for round_number in range(args.rounds):
+            for method in ("encode_batch", "encode_batch_fast"):
+                results.setdefault(f"raw tokenizer, {method}", []).append(
+                    (*raw_tokenizer_speed(tokenizer, batches, method), None))
+            for name, script in scripts.items():
+                for label, corpus in (("1x", args.train_file), (f"{args.scale}x", larger)):
+                    results.setdefault(f"{name}, {label}", []).append(
+                        run_script(script, corpus, tokenizer_dir, os.path.join(scratch, "out"), args))
+            for stage, seconds in time_stages(args.train_file, tokenizer_dir, args,
+                                              os.path.join(scratch, "records")).items():
+                stages.setdefault(stage, []).append(seconds)
+            loads.append(load_average())
+            print(f"round {round_number + 1} of {args.rounds} done", file=sys.stderr)
+
+    raw = results["raw tokenizer, encode_batch"]
+    raw_fast = results["raw tokenizer, encode_batch_fast"]
+    print(f"Machine: {describe_machine()}; load average during the run {min(loads):.1f} to {max(loads):.1f}")
+    print(f"Corpus: {args.train_file} ({len(text) / 2**20:.1f} MiB; {sum(map(len, batches))} non-empty lines), "
+          f"x{args.scale} for the larger one; tokenizer: {tokenizer_dir}; --max_length {args.max_length}, "
+          f"--batch_size {args.batch_size}; median of {args.rounds} rounds\n")
+    rows = []
+    for name, figures in results.items():
+        speeds = [speed for speed, _, _ in figures]
+        peak = [memory for _, _, memory in figures if memory is not None]
+        rows.append([name, f"{median(speeds):,.0f}", f"{min(speeds):,.0f} to {max(speeds):,.0f}",
+                     f"{median([cores for _, cores, _ in figures]):.2f}",
+                     f"{median([s / r[0] for s, r in zip(speeds, raw)]):.2f}",
+                     f"{median([s / r[0] for s, r in zip(speeds, raw_fast)]):.2f}",
+                     f"{median(peak):.0f}" if peak else ""])
+    print_table(["run", "tokens/s", "range", "busy cores", "x encode_batch", "x encode_batch_fast",
+                 "peak RSS (MiB)"], rows)
+
+    for name in scripts:
+        small = median([memory for _, _, memory in results[f"{name}, 1x"]])
+        big = median([memory for _, _, memory in results[f"{name}, {args.scale}x"]])
+        print(f"{name}: peak RSS at {args.scale}x / at 1x = {big / small:.2f}")
+    print("\nWhere the time goes (each stage alone, one after the other, 1x corpus):\n")
+    stages = {stage: median(seconds) for stage, seconds in stages.items()}
+    total = sum(stages.values())
+    print_table(["stage", "seconds", "share"],
+                [[stage, f"{seconds:.2f}", f"{seconds / total:.0%}"] for stage, seconds in stages.items()]
+                + [["sum", f"{total:.2f}", ""]])
+
+
+if __name__ == "__main__":
+    main()
