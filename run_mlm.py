@@ -400,10 +400,12 @@ class MaskedLMTrainer(keras.Model):
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self.accuracy_tracker = keras.metrics.Mean(name="masked_accuracy")
         self.perplexity_tracker = Perplexity(name="perplexity")
-        self.compute_gradients = tf.function(self._compute_gradients, jit_compile=True) if jit_compile \
-            else self._compute_gradients
-        self.masked_lm_sums = tf.function(self._masked_lm_sums, jit_compile=True) if jit_compile \
-            else self._masked_lm_sums
+        # Always a tf.function: Keras calls train_step from its own code, which AutoGraph leaves alone, so only a
+        # tf.function of our own turns the accumulation loop into a graph loop. jit_compile None, rather than
+        # False, lets an enclosing XLA compilation (a TPU's) take the function in.
+        xla = True if jit_compile else None
+        self.compute_gradients = tf.function(self._compute_gradients, jit_compile=xla)
+        self.masked_lm_sums = tf.function(self._masked_lm_sums, jit_compile=xla)
 
     @property
     def metrics(self):  # What Keras resets at the start of each epoch and evaluation.
