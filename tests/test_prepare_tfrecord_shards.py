@@ -205,3 +205,20 @@ def test_errors_in_the_tokenizing_thread_reach_the_user(tmp_path, tokenizer_dir)
                         "--train_file", WIKITEXT / "validation.txt", "--text_column", "content",
                         "--output_dir", tmp_path / "out2", expect_failure=True)
     assert "the data has no column 'content'" in result.stderr
+
+
+def test_shards_written_to_cloud_storage_are_those_written_locally(tmp_path, tokenizer_dir):
+    from gcs_emulator import GcsEmulator
+
+    options = ["--tokenizer_name_or_path", tokenizer_dir, "--train_file", WIKITEXT / "validation.txt",
+               "--limit", 300, "--max_length", 32, "--shard_size", 50]
+    run_script("prepare_tfrecord_shards.py", *options, "--output_dir", tmp_path)
+    with GcsEmulator() as gcs:
+        gcs.create_bucket("bucket")
+        subprocess.run([sys.executable, str(REPO / "prepare_tfrecord_shards.py"), *map(str, options),
+                        "--output_dir", "gs://bucket/shards"], env=gcs.env(), check=True, capture_output=True,
+                       timeout=300)
+        written = {blob.name: blob.download_as_bytes() for blob in gcs.client().list_blobs("bucket")
+                   if not blob.name.endswith("/")}  # Leave out the objects that stand for folders.
+        assert gcs.refused_connects() == []
+    assert written == {f"shards/train/{path.name}": path.read_bytes() for path in (tmp_path / "train").iterdir()}
