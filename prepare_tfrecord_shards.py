@@ -25,14 +25,16 @@ A shard is written under a temporary name (".tfrecord.tmp" suffix) and renamed o
 tokenizer, vocab_size, and shards (a list of {"file", "num_samples"}).
 
 Speed: the tokenizer sets the pace (benchmarks/shard_preparation.py measures it). It tokenizes on all cores, in
-a background thread, while the main thread serializes and writes the samples of the previous batch. For local
-text files, local output and a tokenizer from train_unigram.py, nothing slow to import is imported: not
-TensorFlow (3.7 s here, longer than tokenizing all of WikiText-2 takes), nor 🤗 Datasets or 🤗 Transformers (over a
-second each). The records are serialized here, with numpy, into the very bytes that tf.io.TFRecordWriter writes
-for tf.train.Example(...).SerializeToString(deterministic=True) (see RecordSerializer; a test checks it); text
-files are read directly; such a tokenizer is loaded with 🤗 Tokenizers alone. TensorFlow's file layer comes in
-for gs:// paths only, 🤗 Datasets for Hub datasets and JSON-lines or Parquet files, 🤗 Transformers for other
-tokenizers.
+a background thread, while the main thread serializes and writes the samples of the previous batch. For text
+files, local output and a tokenizer from train_unigram.py, nothing slow to import is imported: not TensorFlow
+(3.7 s here, longer than tokenizing all of WikiText-2 takes), nor 🤗 Datasets or 🤗 Transformers (over a second
+each). The records are serialized here, with numpy, into the very bytes that tf.io.TFRecordWriter writes for
+tf.train.Example(...).SerializeToString(deterministic=True) (see RecordSerializer; a test checks it); text files
+are read directly; such a tokenizer is loaded with 🤗 Tokenizers alone. TensorFlow's file layer comes in for gs://
+output only, 🤗 Datasets for Hub datasets and JSON-lines or Parquet files, 🤗 Transformers for other tokenizers.
+
+Google Cloud Storage: text files, the tokenizer folder and --output_dir may all be gs:// paths; each is checked
+(credentials, bucket, permissions) before anything is tokenized.
 
 Example:
     python prepare_tfrecord_shards.py --tokenizer_name_or_path unigram-tokenizer \\
@@ -55,8 +57,8 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from utils import (MANIFEST_NAME, SHARD_NAME, check_output_dir, data_files_format, is_gcs_path, iter_text_batches,
-                   load_text_splits)
+from utils import (MANIFEST_NAME, SHARD_NAME, check_gcs_path, check_output_dir, download_from_gcs, is_gcs_path,
+                   text_batches)
 
 logger = logging.getLogger("prepare_tfrecord_shards")
 
@@ -72,15 +74,17 @@ def parse_args():
                       help="Splits of the Hub dataset to process (default: all of them).")
     for split in ("train", "validation", "test"):
         data.add_argument(f"--{split}_file", nargs="+",
-                          help=f"Local text, JSON-lines or Parquet files for the {split} split, instead of the "
-                               "Hub dataset. Each of --train_file, --validation_file, --test_file is optional.")
+                          help=f"Text files (local or gs://), or local JSON-lines or Parquet files, for the {split} "
+                               "split, instead of the Hub dataset. Each of --train_file, --validation_file, "
+                               "--test_file is optional.")
     data.add_argument("--text_column", default="text",
                       help="Column holding the text, for Hub datasets and JSON/Parquet files (default: %(default)s).")
     data.add_argument("--limit", type=int, help="Read only the first LIMIT records of each split (default: all).")
     data.add_argument("--trust_remote_code", action="store_true",
                       help="Allow a Hub dataset to run its own loading script (off by default).")
     parser.add_argument("--tokenizer_name_or_path", default="unigram-tokenizer",
-                        help="Folder written by train_unigram.py, or a Hub tokenizer id (default: %(default)s).")
+                        help="Folder written by train_unigram.py (local or gs://), or a Hub tokenizer id "
+                             "(default: %(default)s).")
     parser.add_argument("--max_length", type=int, default=128,
                         help="Tokens per sample (default: %(default)s).")
     parser.add_argument("--shard_size", type=int, default=1000,
@@ -88,7 +92,8 @@ def parse_args():
     parser.add_argument("--batch_size", type=int, default=1000,
                         help="Texts tokenized at a time (default: %(default)s).")
     parser.add_argument("--output_dir", default="tfrecords",
-                        help="Folder that receives one sub-folder of shards per split (default: %(default)s).")
+                        help="Folder that receives one sub-folder of shards per split, local or gs://bucket/folder "
+                             "(default: %(default)s).")
     parser.add_argument("--overwrite", action="store_true",
                         help="Write into a non-empty --output_dir, replacing the shards of the splits written.")
     args = parser.parse_args()
@@ -111,6 +116,8 @@ def load_tokenizer(name_or_path):
     it is: loading that file directly gives the same tokens without importing 🤗 Transformers. Anything else (a
     Hub id, a model-specific tokenizer class that may adjust its tokenizer when loaded) goes through AutoTokenizer.
     """
+    if is_gcs_path(name_or_path):
+        name_or_path = download_from_gcs(name_or_path)
     tokenizer_file = os.path.join(name_or_path, "tokenizer.json")
     config_file = os.path.join(name_or_path, "tokenizer_config.json")
     if os.path.isfile(tokenizer_file) and os.path.isfile(config_file):
@@ -129,29 +136,6 @@ def load_tokenizer(name_or_path):
         raise SystemExit(f"error: {name_or_path!r} has no fast (🤗 Tokenizers) version; "
                          "train one with train_unigram.py.")
     return tokenizer.backend_tokenizer, len(tokenizer)
-
-
-def iter_text_file_batches(paths, batch_size, limit=None):
-    """Yields lists of up to `batch_size` lines of local text files, leaving out empty and whitespace-only lines.
-
-    The same texts as 🤗 Datasets' "text" builder gives (lines split at "\\n", "\\r\\n" or "\\r", without the line
-    break), read at disk speed and without importing 🤗 Datasets. `limit` caps the lines read, as in
-    utils.iter_text_batches.
-    """
-    batch, num_read = [], 0
-    for path in paths:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                if limit is not None and num_read == limit:
-                    break
-                num_read += 1
-                if not line.isspace():  # An empty line is its "\n" alone: whitespace too.
-                    batch.append(line.rstrip("\n"))
-                    if len(batch) == batch_size:
-                        yield batch
-                        batch = []
-    if batch:
-        yield batch
 
 
 def tokenize(tokenizer, texts):
@@ -436,21 +420,15 @@ def main():
 
     data_files = {split: getattr(args, f"{split}_file") for split in ("train", "validation", "test")
                   if getattr(args, f"{split}_file")}
-    check_output_dir(args.output_dir, args.overwrite)  # Fail before the long part, not after it.
+    # Fail before the long part, not after it.
+    for path in [args.tokenizer_name_or_path, *(path for paths in data_files.values() for path in paths)]:
+        check_gcs_path(path)
+    check_gcs_path(args.output_dir, write=True)
+    check_output_dir(args.output_dir, args.overwrite)
     tokenizer, vocab_size = load_tokenizer(args.tokenizer_name_or_path)
-    if data_files and data_files_format(data_files) == "text" and not any(
-            is_gcs_path(path) for paths in data_files.values() for path in paths):
-        if args.text_column != "text":  # As 🤗 Datasets' "text" builder, which names its only column "text".
-            raise SystemExit(f"error: the data has no column {args.text_column!r}; its columns are ['text']. "
-                             "Choose one with --text_column.")
-        splits = {split: iter_text_file_batches(paths, args.batch_size, args.limit)
-                  for split, paths in data_files.items()}
-    else:
-        datasets = load_text_splits(data_files=data_files) if data_files else load_text_splits(
-            dataset_name=args.dataset_name, dataset_config=args.dataset_config, splits=args.split,
-            trust_remote_code=args.trust_remote_code)
-        splits = {split: iter_text_batches(dataset, args.text_column, args.batch_size, args.limit)
-                  for split, dataset in datasets.items()}
+    splits = text_batches(data_files=data_files, dataset_name=args.dataset_name, dataset_config=args.dataset_config,
+                          splits=args.split, trust_remote_code=args.trust_remote_code, text_column=args.text_column,
+                          batch_size=args.batch_size, limit=args.limit)
 
     manifests = [write_split(split, batches, tokenizer, vocab_size, args) for split, batches in splits.items()]
 

@@ -28,6 +28,11 @@ an interruption resumes from the last one (weights, optimizer state, step, learn
 the model and tokenizer are saved with save_pretrained to --output_dir, ready for
 `pipeline("fill-mask", model=output_dir, framework="tf")`.
 
+Every path (shards, tokenizer, config, --output_dir) may be in Google Cloud Storage, gs://bucket/folder, as a TPU
+Node and the hosts of a pod slice need: TensorFlow reads and writes there directly; the tokenizer, the config and
+the final folder are copied through local temporary folders. Each gs:// path is checked (credentials, bucket,
+permission) before anything else starts.
+
 Example (a small model on a CPU):
     python run_mlm.py --train_dataset tfrecords/train --eval_dataset tfrecords/validation \\
         --tokenizer unigram-tokenizer --config_overrides hidden_size=256,num_hidden_layers=4,... --no_tpu
@@ -51,7 +56,8 @@ import tensorflow as tf
 import tf_keras as keras
 from transformers import AutoConfig, AutoTokenizer, TFAutoModelForMaskedLM, create_optimizer
 
-from utils import MANIFEST_NAME, SHARD_NAME_PATTERN, is_gcs_path, push_folder_to_hub
+from utils import (MANIFEST_NAME, SHARD_NAME_PATTERN, check_gcs_path, download_from_gcs, is_gcs_path,
+                   push_folder_to_hub, upload_to_gcs)
 
 logger = logging.getLogger("run_mlm")
 
@@ -96,10 +102,12 @@ def parse_args():
 
     model = parser.add_argument_group("model")
     model.add_argument("--tokenizer", default="unigram-tokenizer",
-                       help="Folder written by train_unigram.py, or a Hub tokenizer id (default: %(default)s).")
+                       help="Folder written by train_unigram.py (local or gs://), or a Hub tokenizer id "
+                            "(default: %(default)s).")
     model.add_argument("--pretrained_model_config", default="FacebookAI/roberta-base",
                        help="Architecture to train from scratch: a Hub model id, a folder holding config.json, or a "
-                            "config file. Only the config is read, never weights (default: %(default)s).")
+                            "config file (local or gs://). Only the config is read, never weights "
+                            "(default: %(default)s).")
     model.add_argument("--config_overrides",
                        help="Comma-separated changes to the config, e.g. "
                             "hidden_size=256,num_hidden_layers=4,num_attention_heads=4,intermediate_size=1024.")
@@ -126,6 +134,10 @@ def parse_args():
     training.add_argument("--steps_per_execution", type=int, default=1,
                           help="Steps run per call from Python into the device; larger values cut the per-step "
                                "overhead, mostly on TPUs (default: %(default)s).")
+    training.add_argument("--jit_compile", action=argparse.BooleanOptionalAction, default=True,
+                          help="On CPUs and GPUs, compile each replica's forward and backward pass with XLA "
+                               "(default: on; --no_jit_compile turns it off). TPUs always compile everything with "
+                               "XLA.")
     training.add_argument("--eval_every_steps", type=int,
                           help="Evaluate (and log to TensorBoard) every this many steps (default: once per epoch).")
     training.add_argument("--checkpoint_every_steps", type=int, default=1000,
@@ -135,7 +147,9 @@ def parse_args():
 
     output = parser.add_argument_group("output")
     output.add_argument("--output_dir", default="mlm-model",
-                        help="Folder for checkpoints, TensorBoard logs and the final model (default: %(default)s).")
+                        help="Folder for checkpoints, TensorBoard logs and the final model, local or "
+                             "gs://bucket/folder; on a TPU pod slice or a multi-host job, a gs:// folder "
+                             "(default: %(default)s).")
     output.add_argument("--overwrite", action="store_true",
                         help="Start from scratch even if --output_dir holds checkpoints or other files.")
     output.add_argument("--hub_model_id", help="Push the final model and tokenizer to this Hub repository.")
@@ -345,8 +359,10 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
 
 def load_config(args, tokenizer):
     """The model config: --pretrained_model_config, --config_overrides, and the tokenizer's vocabulary and ids."""
+    name_or_path = args.pretrained_model_config
     try:
-        config = AutoConfig.from_pretrained(args.pretrained_model_config)
+        config = AutoConfig.from_pretrained(download_from_gcs(name_or_path) if is_gcs_path(name_or_path)
+                                            else name_or_path)
     except OSError as err:
         raise SystemExit(f"error: cannot load the model config {args.pretrained_model_config!r}: {err}\n"
                          "Pass a Hub model id (online), or a local folder holding config.json, or a config file."
@@ -537,15 +553,16 @@ class TensorBoardLogger(keras.callbacks.Callback):
 # Output
 
 
-def write_model_card(output_dir, args, results):
-    """A README.md for the Hub: what was trained, on what, for how long, and how well."""
+def write_model_card(folder, args, results):
+    """A README.md for the Hub, written into `folder`: what was trained, on what, for how long, and how well."""
     eval_lines = "\n".join(f"| {name} | {value:.4f} |" for name, value in results.get("final_eval", {}).items())
     card = f"""---
 library_name: transformers
 tags: [fill-mask, tensorflow, masked-lm]
 ---
 
-# {os.path.basename(os.path.abspath(output_dir))}
+# {os.path.basename(args.output_dir.rstrip("/")) if is_gcs_path(args.output_dir)
+   else os.path.basename(os.path.abspath(args.output_dir))}
 
 A {results['model_type']} masked language model pre-trained from scratch with TensorFlow
 (`run_mlm.py` of a TF + 🤗 Transformers TPU pre-training pipeline).
@@ -572,7 +589,7 @@ unmasker = pipeline("fill-mask", model="PATH_OR_HUB_ID", framework="tf", dtype=N
 print(unmasker("The capital of France is <mask>."))
 ```
 """
-    with open(os.path.join(output_dir, "README.md"), "w") as f:
+    with open(os.path.join(folder, "README.md"), "w") as f:
         f.write(card)
 
 
@@ -663,13 +680,18 @@ def check_output_dir(args):
 def main():
     args = parse_args()
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    # Cloud Storage paths first: a missing bucket or permission must not wait for a TPU to start.
+    for path in (args.train_dataset, args.eval_dataset, args.tokenizer, args.pretrained_model_config):
+        check_gcs_path(path or "")
+    check_gcs_path(args.output_dir, write=True)
     # The strategy comes before any TensorFlow op: MultiWorkerMirroredStrategy sets up collective ops at start-up.
     split_cpu(args.num_cpu_replicas)
     strategy, on_tpu = choose_strategy(args)
     keras.utils.set_random_seed(args.seed)
 
     # Check the data and the config before building anything, so that mistakes cost seconds, not minutes.
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    tokenizer = AutoTokenizer.from_pretrained(download_from_gcs(args.tokenizer) if is_gcs_path(args.tokenizer)
+                                              else args.tokenizer)
     if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
         raise SystemExit(f"error: the tokenizer {args.tokenizer!r} has no mask or pad token; "
                          "train one with train_unigram.py.")
@@ -683,11 +705,11 @@ def main():
     plan = plan_steps(args, strategy, train_sizes, eval_sizes)
     if args.bfloat16:
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    jit_compile = not on_tpu
+    jit_compile = args.jit_compile and not on_tpu
     logger.info("Strategy: %s with %d replica(s) on %d host(s); global batch %d (%d per replica x %d replicas x %d "
                 "accumulation steps); XLA %s; %s", strategy_name(strategy), strategy.num_replicas_in_sync,
                 plan.num_hosts, plan.global_batch_size, args.per_replica_batch_size, strategy.num_replicas_in_sync,
-                args.gradient_accumulation_steps, "on" if jit_compile else "implicit (TPU)",
+                args.gradient_accumulation_steps, "implicit (TPU)" if on_tpu else "on" if jit_compile else "off",
                 "bfloat16 mixed precision" if args.bfloat16 else "float32")
     logger.info("Training: %d samples in %d shards, %d steps per epoch, %d steps in all; evaluation: %s; "
                 "LM head at %s", sum(train_sizes), len(train_files), plan.steps_per_epoch, plan.total_steps,
@@ -804,8 +826,7 @@ def main():
     tokenizer.save_pretrained(local_dir)
     write_model_card(local_dir, args, results)
     if local_dir != args.output_dir:
-        for name in os.listdir(local_dir):
-            tf.io.gfile.copy(os.path.join(local_dir, name), os.path.join(args.output_dir, name), overwrite=True)
+        upload_to_gcs(local_dir, args.output_dir)
     logger.info("Model, tokenizer and model card saved to %s", args.output_dir)
     if args.hub_model_id:
         url = push_folder_to_hub(local_dir, args.hub_model_id, f"Pre-trained for {step} steps",

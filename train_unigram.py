@@ -2,9 +2,10 @@
 """Step 1 of 3: train a Unigram tokenizer on a text corpus and save it as a 🤗 Transformers fast tokenizer.
 
 A model pre-trained from scratch gets a vocabulary fitted to its own corpus. This script streams the texts of
-one split (the Hub's WikiText-103 by default, or local text / JSON-lines / Parquet files), skips empty and
-whitespace-only records, trains a Unigram model (the SentencePiece algorithm) with 🤗 Tokenizers, and saves the
-result to --output_dir, where `AutoTokenizer.from_pretrained(output_dir)` loads it offline.
+one split (the Hub's WikiText-103 by default, or text files, local or gs://, or local JSON-lines / Parquet files),
+skips empty and whitespace-only records, trains a Unigram model (the SentencePiece algorithm) with 🤗 Tokenizers,
+and saves the result to --output_dir, where `AutoTokenizer.from_pretrained(output_dir)` loads it offline. A gs://
+--output_dir receives a copy of the saved folder (and step 2 and 3 read the tokenizer from there).
 
 The special tokens follow RoBERTa's layout, so that a RobertaConfig, the masking step of run_mlm.py and the
 `fill-mask` pipeline all agree without extra settings:
@@ -24,12 +25,14 @@ Example:
 
 import argparse
 import logging
+import shutil
+import tempfile
 import time
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from utils import check_output_dir, iter_text_batches, load_text_splits, push_folder_to_hub
+from utils import check_gcs_path, check_output_dir, is_gcs_path, push_folder_to_hub, text_batches, upload_to_gcs
 
 logger = logging.getLogger("train_unigram")
 
@@ -49,8 +52,8 @@ def parse_args():
                       help="Configuration of the Hub dataset (default: %(default)s).")
     data.add_argument("--split", default="train", help="Split of the Hub dataset to train on (default: %(default)s).")
     data.add_argument("--train_file", nargs="+",
-                      help="Local text (.txt, one record per line), JSON-lines (.json/.jsonl) or Parquet files "
-                           "to train on instead of the Hub dataset.")
+                      help="Text files (.txt, one record per line; local or gs://), or local JSON-lines "
+                           "(.json/.jsonl) or Parquet files, to train on instead of the Hub dataset.")
     data.add_argument("--text_column", default="text",
                       help="Column holding the text, for Hub datasets and JSON/Parquet files (default: %(default)s).")
     data.add_argument("--limit", type=int,
@@ -66,7 +69,7 @@ def parse_args():
     parser.add_argument("--batch_size", type=int, default=1000,
                         help="Texts handed to the trainer at a time (default: %(default)s).")
     parser.add_argument("--output_dir", default="unigram-tokenizer",
-                        help="Folder to save the tokenizer to (default: %(default)s).")
+                        help="Folder to save the tokenizer to, local or gs://bucket/folder (default: %(default)s).")
     parser.add_argument("--overwrite", action="store_true",
                         help="Write into --output_dir even if it is not empty.")
     parser.add_argument("--push_to_hub", action="store_true",
@@ -104,18 +107,25 @@ def main():
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     start = time.perf_counter()
 
-    check_output_dir(args.output_dir, args.overwrite)  # Fail before the long part, not after it.
+    # Fail before the long part, not after it.
+    for path in args.train_file or []:
+        check_gcs_path(path)
+    check_gcs_path(args.output_dir, write=True)
+    check_output_dir(args.output_dir, args.overwrite)
     if args.train_file:
-        dataset = load_text_splits(data_files={"train": args.train_file})["train"]
+        corpus = text_batches(data_files={"train": args.train_file}, text_column=args.text_column,
+                              batch_size=args.batch_size, limit=args.limit)
     else:
-        dataset = load_text_splits(dataset_name=args.dataset_name, dataset_config=args.dataset_config,
-                                   splits=[args.split], trust_remote_code=args.trust_remote_code)[args.split]
+        corpus = text_batches(dataset_name=args.dataset_name, dataset_config=args.dataset_config,
+                              splits=[args.split], trust_remote_code=args.trust_remote_code,
+                              text_column=args.text_column, batch_size=args.batch_size, limit=args.limit)
+    batches = next(iter(corpus.values()))
 
     texts_seen = 0
 
     def texts():
         nonlocal texts_seen
-        for batch in iter_text_batches(dataset, args.text_column, args.batch_size, args.limit):
+        for batch in batches:
             texts_seen += len(batch)
             yield batch
 
@@ -132,13 +142,19 @@ def main():
     fast_tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, model_max_length=args.model_max_length,
         cls_token=SPECIAL_TOKENS["bos_token"], sep_token=SPECIAL_TOKENS["eos_token"], **SPECIAL_TOKENS)
-    fast_tokenizer.save_pretrained(args.output_dir)
+    # save_pretrained writes to local disk only: a gs:// output gets a copy of a local folder.
+    local_dir = tempfile.mkdtemp() if is_gcs_path(args.output_dir) else args.output_dir
+    fast_tokenizer.save_pretrained(local_dir)
+    if local_dir != args.output_dir:
+        upload_to_gcs(local_dir, args.output_dir)
     logger.info("Trained on %d texts in %.1f s: vocabulary of %d tokens saved to %s", texts_seen,
                 time.perf_counter() - start, tokenizer.get_vocab_size(), args.output_dir)
 
     if args.push_to_hub:
-        url = push_folder_to_hub(args.output_dir, args.hub_model_id, "Upload Unigram tokenizer")
+        url = push_folder_to_hub(local_dir, args.hub_model_id, "Upload Unigram tokenizer")
         logger.info("Pushed to %s", url)
+    if local_dir != args.output_dir:
+        shutil.rmtree(local_dir)
 
 
 if __name__ == "__main__":

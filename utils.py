@@ -1,14 +1,27 @@
 """What the three scripts share, and nothing else.
 
-- Reading a text corpus (train_unigram.py and prepare_tfrecord_shards.py): from the Hugging Face Hub or from
-  local text / JSON-lines / Parquet files, streamed so that a corpus larger than memory is never loaded whole.
+- Reading a text corpus (train_unigram.py and prepare_tfrecord_shards.py): from the Hugging Face Hub, from local
+  or gs:// text files, or from local JSON-lines / Parquet files, streamed so that a corpus larger than memory is
+  never loaded whole.
 - The shard file name (prepare_tfrecord_shards.py writes it, run_mlm.py reads sample counts back from it).
 - Guarding an output folder against being overwritten by accident.
+- Google Cloud Storage: checking a gs:// path before any long work, and copying the folders that 🤗 libraries
+  read or write on local disk only (tokenizers, configs, saved models) from and to gs://.
 - Pushing a finished folder to the Hub (train_unigram.py and run_mlm.py).
+
+TensorFlow reads and writes gs:// paths itself (tf.io.gfile, TFRecord files, checkpoints); everything else here
+goes through the google-cloud-storage client, which is light to import. Both find credentials the same way:
+Application Default Credentials.
 """
 
+import atexit
+import functools
 import os
+import posixpath
 import re
+import shutil
+import tempfile
+import uuid
 
 # Shards are named as in the original Transformers TPU example, so that shards made by it keep working:
 # the second number is how many samples (tf.train.Example records) the file holds.
@@ -23,6 +36,121 @@ FILE_BUILDERS = {".txt": "text", ".text": "text", ".json": "json", ".jsonl": "js
 def is_gcs_path(path):
     """True for a Google Cloud Storage path (gs://bucket/...), false for anything else, local paths included."""
     return str(path).startswith("gs://")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Google Cloud Storage
+
+
+def split_gcs_path(path):
+    """("bucket", "folder/name") for "gs://bucket/folder/name"."""
+    bucket, _, name = path[len("gs://"):].partition("/")
+    return bucket, name
+
+
+@functools.cache
+def gcs_client():
+    """A google-cloud-storage client with Application Default Credentials: on a TPU VM (or any Google Cloud VM)
+    those of the VM's service account; elsewhere those of `gcloud auth application-default login`, or the key
+    file named by GOOGLE_APPLICATION_CREDENTIALS."""
+    from google.auth.exceptions import DefaultCredentialsError
+    from google.cloud import storage
+
+    try:
+        return storage.Client()
+    except DefaultCredentialsError as err:
+        raise SystemExit(f"error: no Google Cloud credentials found to reach Cloud Storage ({err}).\n"
+                         f"{CREDENTIALS_ADVICE}") from err
+
+
+CREDENTIALS_ADVICE = (
+    "On a TPU VM, the VM's service account is used: create the VM with one that may use the bucket. Elsewhere, "
+    "run `gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service account's "
+    "key file.")
+
+
+def check_gcs_path(path, *, write=False):
+    """Fails at once, saying what to do, when the gs:// `path` cannot be read (or, with `write`, written): no
+    credentials, no such bucket, no permission. Local paths pass unchecked.
+
+    Called before any long work, so that hours of tokenizing or training never end in a failed first write (and
+    because TensorFlow's makedirs never returns for a missing bucket). Reading needs permission to list and get
+    objects; writing also to create and delete them (a shard is published by renaming it, a copy then a delete),
+    which a probe object, created and deleted at once, checks.
+    """
+    if not is_gcs_path(path):
+        return
+    from google.api_core import exceptions
+    from google.auth.exceptions import GoogleAuthError
+
+    bucket, name = split_gcs_path(path)
+    prefix = re.split(r"[*?[]", name, maxsplit=1)[0]  # A glob (gs://bucket/train/*.tfrecord) up to its wildcard.
+    client = gcs_client()
+    try:
+        next(iter(client.list_blobs(bucket, prefix=prefix, max_results=1)), None)
+        if write:
+            probe = client.bucket(bucket).blob(posixpath.join(prefix, f".write-check-{uuid.uuid4().hex}"))
+            probe.upload_from_string(b"")
+            probe.delete()
+    except exceptions.NotFound as err:
+        raise SystemExit(
+            f"error: the bucket of {path!r} does not exist. Create it in the region of your TPU, e.g. "
+            f"`gcloud storage buckets create gs://{bucket} --location=us-central1`, or correct the path.") from err
+    except exceptions.Forbidden as err:
+        raise SystemExit(
+            f"error: no permission to {'write to' if write else 'read'} {path!r}: {err.message}\nGive the account "
+            "these scripts run as (on a TPU VM, the VM's service account) a role on the bucket that allows it, "
+            f"e.g. `gcloud storage buckets add-iam-policy-binding gs://{bucket} --member=serviceAccount:ACCOUNT "
+            "--role=roles/storage.objectAdmin`.") from err
+    except (exceptions.Unauthorized, GoogleAuthError) as err:
+        raise SystemExit(f"error: Cloud Storage refused the credentials used for {path!r}: {err}\n"
+                         f"{CREDENTIALS_ADVICE}") from err
+    except (exceptions.GoogleAPIError, OSError) as err:  # OSError: requests' connection errors.
+        raise SystemExit(f"error: cannot reach Cloud Storage for {path!r}: {err}") from err
+
+
+def download_from_gcs(path):
+    """Copies a gs:// file, or the files of a gs:// folder, to a new local temporary folder (deleted when the
+    script exits); returns the local path of the file or folder. For what 🤗 libraries read from local disk only:
+    a tokenizer folder, a model config."""
+    bucket_name, name = split_gcs_path(path)
+    bucket = gcs_client().bucket(bucket_name)
+    local_dir = tempfile.mkdtemp(prefix="from-gcs-")
+    atexit.register(shutil.rmtree, local_dir, ignore_errors=True)
+    single_file = bucket.get_blob(name) if name and not name.endswith("/") else None
+    if single_file is not None:
+        local_path = os.path.join(local_dir, posixpath.basename(name))
+        single_file.download_to_filename(local_path)
+        return local_path
+    prefix = name.rstrip("/") + "/" if name.rstrip("/") else ""
+    files = [blob for blob in bucket.list_blobs(prefix=prefix, delimiter="/") if not blob.name.endswith("/")]
+    if not files:
+        raise SystemExit(f"error: there is no file at {path!r}.")
+    for blob in files:
+        blob.download_to_filename(os.path.join(local_dir, blob.name[len(prefix):]))
+    return local_dir
+
+
+def upload_to_gcs(local_dir, path):
+    """Copies the files of a local folder (sub-folders included) to the gs:// folder `path`, replacing any that
+    are there. For what 🤗 libraries write to local disk only: save_pretrained's folders."""
+    bucket_name, name = split_gcs_path(path)
+    bucket = gcs_client().bucket(bucket_name)
+    for root, _, files in os.walk(local_dir):
+        for file in files:
+            local_path = os.path.join(root, file)
+            relative = os.path.relpath(local_path, local_dir).replace(os.sep, "/")
+            bucket.blob(posixpath.join(name, relative)).upload_from_filename(local_path)
+
+
+def open_text(path):
+    """Opens a local or gs:// text file for reading, lines split at "\\n", "\\r\\n" or "\\r" (Python's universal
+    newlines). gs:// files are streamed by google-cloud-storage, whose reader gives the same lines as a local file:
+    TensorFlow's GFile splits at "\\n" only."""
+    if is_gcs_path(path):
+        bucket, name = split_gcs_path(path)
+        return gcs_client().bucket(bucket).blob(name).open("r", encoding="utf-8")
+    return open(path, encoding="utf-8")
 
 
 def load_text_splits(*, data_files=None, dataset_name=None, dataset_config=None, splits=None,
@@ -56,6 +184,23 @@ def load_text_splits(*, data_files=None, dataset_name=None, dataset_config=None,
     return dict(corpus)
 
 
+def text_batches(*, text_column, batch_size, limit=None, data_files=None, **hub_dataset):
+    """The texts of each split of a corpus in lists of up to `batch_size`, empty and whitespace-only texts left
+    out: {split: iterator of lists of texts}. `limit` caps the records read from each split.
+
+    Text files (`data_files`, local or gs://) are read directly: faster than through 🤗 Datasets, and without
+    importing it. Anything else, JSON-lines or Parquet files or a Hub dataset (`hub_dataset`: the other arguments
+    of load_text_splits), is streamed through 🤗 Datasets.
+    """
+    if data_files and data_files_format(data_files) == "text":
+        if text_column != "text":  # As 🤗 Datasets' "text" builder, which names its only column "text".
+            raise SystemExit(f"error: the data has no column {text_column!r}; its columns are ['text']. "
+                             "Choose one with --text_column.")
+        return {split: iter_text_file_batches(paths, batch_size, limit) for split, paths in data_files.items()}
+    corpus = load_text_splits(data_files=data_files, **hub_dataset)
+    return {split: iter_text_batches(dataset, text_column, batch_size, limit) for split, dataset in corpus.items()}
+
+
 def data_files_format(data_files):
     """The 🤗 Datasets builder ("text", "json" or "parquet") that reads every file of `data_files` ({split: [paths]}).
 
@@ -71,7 +216,16 @@ def data_files_format(data_files):
                     f"error: cannot read {path!r}: unknown extension {extension!r}. "
                     f"Use text ({', '.join(e for e, b in FILE_BUILDERS.items() if b == 'text')}), "
                     f"JSON lines (.json, .jsonl) or Parquet (.parquet) files.")
-            if not is_gcs_path(path) and not os.path.isfile(path):
+            if is_gcs_path(path) and FILE_BUILDERS[extension] != "text":
+                raise SystemExit(
+                    f"error: cannot read {path!r}: JSON-lines and Parquet files are read from local disk only. Copy "
+                    "them first (`gcloud storage cp`), or use text files, which are read from gs:// directly.")
+            if is_gcs_path(path):
+                bucket, name = split_gcs_path(path)
+                exists = gcs_client().bucket(bucket).blob(name).exists()
+            else:
+                exists = os.path.isfile(path)
+            if not exists:
                 raise SystemExit(f"error: the {split} file {path!r} does not exist.")
             builders.add(FILE_BUILDERS[extension])
     if len(builders) > 1:
@@ -111,6 +265,29 @@ def iter_text_batches(dataset, text_column, batch_size, limit=None):
             yield texts
 
 
+def iter_text_file_batches(paths, batch_size, limit=None):
+    """Yields lists of up to `batch_size` lines of local or gs:// text files, leaving out empty and whitespace-only
+    lines.
+
+    The same texts as 🤗 Datasets' "text" builder gives (lines without their line break), read at disk speed and
+    without importing 🤗 Datasets. `limit` caps the lines read, as in iter_text_batches.
+    """
+    batch, num_read = [], 0
+    for path in paths:
+        with open_text(path) as f:
+            for line in f:
+                if limit is not None and num_read == limit:
+                    break
+                num_read += 1
+                if not line.isspace():  # An empty line is its "\n" alone: whitespace too.
+                    batch.append(line.rstrip("\n"))
+                    if len(batch) == batch_size:
+                        yield batch
+                        batch = []
+    if batch:
+        yield batch
+
+
 def check_output_dir(path, overwrite):
     """Refuses to write into a folder that already holds files, unless the user said `overwrite`.
 
@@ -118,11 +295,12 @@ def check_output_dir(path, overwrite):
     what it is about to replace.
     """
     if is_gcs_path(path):
-        import tensorflow as tf  # TensorFlow's file system layer lists gs:// folders.
-        exists, listdir = tf.io.gfile.exists, tf.io.gfile.listdir
+        bucket, name = split_gcs_path(path)
+        folder = name.rstrip("/") + "/" if name.rstrip("/") else ""
+        is_empty = next(iter(gcs_client().list_blobs(bucket, prefix=folder, max_results=1)), None) is None
     else:
-        exists, listdir = os.path.exists, os.listdir
-    if not exists(path) or not listdir(path):
+        is_empty = not os.path.exists(path) or not os.listdir(path)
+    if is_empty:
         return False
     if not overwrite:
         raise SystemExit(f"error: the output folder {path!r} is not empty. Choose another --output_dir, "

@@ -31,6 +31,7 @@ import numpy as np
 from common import REPO, WIKITEXT, describe_machine, load_average, median, print_table
 
 import prepare_tfrecord_shards as shards  # noqa: E402  (common puts the repository on the path)
+from utils import iter_text_file_batches  # noqa: E402
 
 
 def parse_args():
@@ -92,7 +93,7 @@ def time_stages(corpus, tokenizer_dir, args, output_file):
     stages["load the tokenizer"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    batches = list(shards.iter_text_file_batches([corpus], args.batch_size))
+    batches = list(iter_text_file_batches([corpus], args.batch_size))
     stages["read the text"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -132,7 +133,7 @@ def main():
             f.write(text * args.scale)
 
         tokenizer, _ = shards.load_tokenizer(tokenizer_dir)
-        batches = list(shards.iter_text_file_batches([args.train_file], args.batch_size))
+        batches = list(iter_text_file_batches([args.train_file], args.batch_size))
         scripts = {"prepare_tfrecord_shards.py": str(REPO / "prepare_tfrecord_shards.py")}
         if args.baseline_script:
             scripts["baseline"] = args.baseline_script

@@ -10,6 +10,9 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="hf-home-")
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 os.environ["TOKENIZERS_PARALLELISM"] = "true"
+# Never real Cloud Storage credentials or endpoints: the gs:// tests bring their own emulator on 127.0.0.1.
+for name in ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT"):
+    os.environ.pop(name, None)
 
 import pytest  # noqa: E402
 

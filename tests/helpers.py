@@ -9,12 +9,13 @@ REPO = Path(__file__).resolve().parents[1]
 WIKITEXT = REPO.parent / "shared" / "data" / "wikitext-2-v1"
 
 
-def run_script(script, *args, expect_failure=False, env=None, timeout=600):
+def run_script(script, *args, expect_failure=False, env=None, timeout=600, prefix=()):
     """Runs `python script args...` from the repository in a fresh process; returns the CompletedProcess.
 
-    Fails the test when the exit status is not the one expected, showing the script's output.
+    Fails the test when the exit status is not the one expected, showing the script's output. `prefix` is a
+    command that runs it, such as strace.
     """
-    command = [sys.executable, str(REPO / script), *map(str, args)]
+    command = [*prefix, sys.executable, str(REPO / script), *map(str, args)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                             env={**os.environ, **(env or {})})
     failed = result.returncode != 0

@@ -158,8 +158,7 @@ def test_shard_writer_fills_shards_across_batches_and_chunks(tmp_path, monkeypat
 
 
 def test_text_files_are_read_as_datasets_reads_them(tmp_path):
-    from prepare_tfrecord_shards import iter_text_file_batches
-    from utils import iter_text_batches, load_text_splits
+    from utils import iter_text_batches, iter_text_file_batches, load_text_splits
 
     (tmp_path / "a.txt").write_bytes(b"first line\r\n\r\n  \nsecond\rthird\t \n\n\xc3\xa9t\xc3\xa9 \xe2\x80\xa8 fin")
     (tmp_path / "b.txt").write_text(" \nother file\n")
