@@ -1,25 +1,36 @@
-"""The gathered LM head (logits only at masked positions) computes exactly what the full head does."""
+"""MaskedLMTrainer's computation: the gathered LM head (logits only at masked positions) computes exactly what the
+full head does, and training without XLA (as on a TPU, where XLA is implicit) equals training with it."""
 
 import numpy as np
 import tensorflow as tf
+import tf_keras as keras
 from transformers import RobertaConfig, TFAutoModelForMaskedLM
 
 from run_mlm import MaskedLMTrainer, mask_tokens
 
+CONFIG = RobertaConfig(vocab_size=500, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                       intermediate_size=64, max_position_embeddings=66,
+                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # Deterministic steps.
+
+
+def tiny_mlm():
+    mlm = TFAutoModelForMaskedLM.from_config(CONFIG)
+    mlm.build_in_name_scope()
+    return mlm
+
+
+def masked_batch(seed, batch_size=16, max_predictions=24):
+    ids = tf.random.stateless_uniform([batch_size, 64], [0, seed], minval=5, maxval=500, dtype=tf.int32)
+    ids = tf.concat([tf.zeros([batch_size, 1], tf.int32), ids[:, 1:-1], tf.fill([batch_size, 1], 2)], axis=1)
+    batch = mask_tokens(ids, tf.constant([3, seed], tf.int64), mask_token_id=4, special_token_ids=[0, 1, 2, 3, 4],
+                        vocab_size=500, mlm_probability=0.15, max_predictions=max_predictions)
+    batch["attention_mask"] = tf.ones_like(ids)
+    return batch
+
 
 def test_gathered_head_equals_full_head():
-    config = RobertaConfig(vocab_size=500, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                           intermediate_size=64, max_position_embeddings=66,
-                           hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # Deterministic steps.
-    mlm = TFAutoModelForMaskedLM.from_config(config)
-    mlm.build_in_name_scope()
-    trainer = MaskedLMTrainer(mlm)
-
-    ids = tf.random.stateless_uniform([16, 64], [0, 1], minval=5, maxval=500, dtype=tf.int32)
-    ids = tf.concat([tf.zeros([16, 1], tf.int32), ids[:, 1:-1], tf.fill([16, 1], 2)], axis=1)  # <s> ... </s>
-    batch = mask_tokens(ids, tf.constant([3, 4], tf.int64), mask_token_id=4, special_token_ids=[0, 1, 2, 3, 4],
-                        vocab_size=500, mlm_probability=0.15, max_predictions=24)
-    batch["attention_mask"] = tf.ones_like(ids)
+    trainer = MaskedLMTrainer(tiny_mlm())
+    batch = masked_batch(seed=4)
     full_batch = {k: v for k, v in batch.items() if k != "masked_positions"}  # Same masks, full head.
 
     gathered = [float(x) for x in trainer._masked_lm_sums(batch)]
@@ -32,3 +43,24 @@ def test_gathered_head_equals_full_head():
     np.testing.assert_allclose(gathered_stats[0], gathered[0], rtol=1e-5)
     for a, b in zip(gathered_gradients, full_gradients):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_training_without_xla_equals_training_with_it():
+    # Keras runs train_step inside its own tf.function: the step, with its gradient accumulation loop, must trace
+    # there without XLA too (run_mlm.py turns jit_compile off on TPUs), and give what the XLA step gives.
+    batches = [masked_batch(seed) for seed in range(3)]
+    dataset = tf.data.Dataset.from_tensor_slices({k: tf.stack([b[k] for b in batches]) for k in batches[0]})
+    initial_weights = tiny_mlm().get_weights()
+    histories, weights = {}, {}
+    for jit_compile in (True, False):
+        mlm = tiny_mlm()
+        mlm.set_weights(initial_weights)
+        trainer = MaskedLMTrainer(mlm, gradient_accumulation_steps=2, jit_compile=jit_compile)
+        trainer.compile(optimizer=keras.optimizers.SGD(learning_rate=0.5), steps_per_execution=3)
+        histories[jit_compile] = trainer.fit(dataset, epochs=2, verbose=0).history
+        weights[jit_compile] = mlm.get_weights()
+    assert histories[False]["loss"][1] < histories[False]["loss"][0]  # It learns.
+    for name in ("loss", "masked_accuracy"):
+        np.testing.assert_allclose(histories[False][name], histories[True][name], rtol=1e-4)
+    for without_xla, with_xla in zip(weights[False], weights[True]):
+        np.testing.assert_allclose(without_xla, with_xla, rtol=1e-3, atol=1e-5)
