@@ -57,19 +57,16 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from utils import (MANIFEST_NAME, SHARD_NAME, check_gcs_path, check_output_dir, download_from_gcs, is_gcs_path,
-                   text_batches)
+from utils import (MANIFEST_NAME, SHARD_NAME, add_corpus_arguments, check_gcs_path, check_output_dir,
+                   download_from_gcs, is_gcs_path, text_batches)
 
 logger = logging.getLogger("prepare_tfrecord_shards")
 
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    data = parser.add_argument_group("data (a Hub dataset by default, or local files with --*_file)")
-    data.add_argument("--dataset_name", default="Salesforce/wikitext",
-                      help="Dataset on the Hugging Face Hub (default: %(default)s).")
-    data.add_argument("--dataset_config", default="wikitext-103-raw-v1",
-                      help="Configuration of the Hub dataset (default: %(default)s).")
+    data = parser.add_argument_group("data (a Hub dataset by default, or files with --*_file)")
+    add_corpus_arguments(data)
     data.add_argument("--split", nargs="+",
                       help="Splits of the Hub dataset to process (default: all of them).")
     for split in ("train", "validation", "test"):
@@ -77,11 +74,6 @@ def parse_args():
                           help=f"Text files (local or gs://), or local JSON-lines or Parquet files, for the {split} "
                                "split, instead of the Hub dataset. Each of --train_file, --validation_file, "
                                "--test_file is optional.")
-    data.add_argument("--text_column", default="text",
-                      help="Column holding the text, for Hub datasets and JSON/Parquet files (default: %(default)s).")
-    data.add_argument("--limit", type=int, help="Read only the first LIMIT records of each split (default: all).")
-    data.add_argument("--trust_remote_code", action="store_true",
-                      help="Allow a Hub dataset to run its own loading script (off by default).")
     parser.add_argument("--tokenizer_name_or_path", default="unigram-tokenizer",
                         help="Folder written by train_unigram.py (local or gs://), or a Hub tokenizer id "
                              "(default: %(default)s).")

@@ -32,7 +32,8 @@ import time
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from utils import check_gcs_path, check_output_dir, is_gcs_path, push_folder_to_hub, text_batches, upload_to_gcs
+from utils import (add_corpus_arguments, check_gcs_path, check_output_dir, is_gcs_path, push_folder_to_hub,
+                   text_batches, upload_to_gcs)
 
 logger = logging.getLogger("train_unigram")
 
@@ -45,22 +46,12 @@ SPECIAL_TOKENS = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>",
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    data = parser.add_argument_group("data (a Hub dataset by default, or local files with --train_file)")
-    data.add_argument("--dataset_name", default="Salesforce/wikitext",
-                      help="Dataset on the Hugging Face Hub (default: %(default)s).")
-    data.add_argument("--dataset_config", default="wikitext-103-raw-v1",
-                      help="Configuration of the Hub dataset (default: %(default)s).")
+    data = parser.add_argument_group("data (a Hub dataset by default, or files with --train_file)")
+    add_corpus_arguments(data)
     data.add_argument("--split", default="train", help="Split of the Hub dataset to train on (default: %(default)s).")
     data.add_argument("--train_file", nargs="+",
                       help="Text files (.txt, one record per line; local or gs://), or local JSON-lines "
                            "(.json/.jsonl) or Parquet files, to train on instead of the Hub dataset.")
-    data.add_argument("--text_column", default="text",
-                      help="Column holding the text, for Hub datasets and JSON/Parquet files (default: %(default)s).")
-    data.add_argument("--limit", type=int,
-                      help="Read only the first LIMIT records, for a quick run (default: all).")
-    data.add_argument("--trust_remote_code", action="store_true",
-                      help="Allow a Hub dataset to run its own loading script. Off by default: only turn it on "
-                           "for datasets whose code you trust.")
     parser.add_argument("--vocab_size", type=int, default=10_000,
                         help="Size of the vocabulary, special tokens included (default: %(default)s).")
     parser.add_argument("--model_max_length", type=int, default=512,

@@ -184,6 +184,22 @@ def load_text_splits(*, data_files=None, dataset_name=None, dataset_config=None,
     return dict(corpus)
 
 
+def add_corpus_arguments(group):
+    """The flags of text_batches that train_unigram.py and prepare_tfrecord_shards.py share, added to an argparse
+    group; each script adds its own --split and file flags."""
+    group.add_argument("--dataset_name", default="Salesforce/wikitext",
+                       help="Dataset on the Hugging Face Hub (default: %(default)s).")
+    group.add_argument("--dataset_config", default="wikitext-103-raw-v1",
+                       help="Configuration of the Hub dataset (default: %(default)s).")
+    group.add_argument("--text_column", default="text",
+                       help="Column holding the text, for Hub datasets and JSON/Parquet files (default: %(default)s).")
+    group.add_argument("--limit", type=int,
+                       help="Read only the first LIMIT records of each split, for a quick run (default: all).")
+    group.add_argument("--trust_remote_code", action="store_true",
+                       help="Allow a Hub dataset to run its own loading script. Off by default: only turn it on "
+                            "for datasets whose code you trust.")
+
+
 def text_batches(*, text_column, batch_size, limit=None, data_files=None, **hub_dataset):
     """The texts of each split of a corpus in lists of up to `batch_size`, empty and whitespace-only texts left
     out: {split: iterator of lists of texts}. `limit` caps the records read from each split.
