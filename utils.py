@@ -48,6 +48,12 @@ def split_gcs_path(path):
     return bucket, name
 
 
+CREDENTIALS_ADVICE = (
+    "On a TPU VM, the VM's service account is used: create the VM with one that may use the bucket. Elsewhere, "
+    "run `gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service account's "
+    "key file.")
+
+
 @functools.cache
 def gcs_client():
     """A google-cloud-storage client with Application Default Credentials: on a TPU VM (or any Google Cloud VM)
@@ -61,12 +67,6 @@ def gcs_client():
     except DefaultCredentialsError as err:
         raise SystemExit(f"error: no Google Cloud credentials found to reach Cloud Storage ({err}).\n"
                          f"{CREDENTIALS_ADVICE}") from err
-
-
-CREDENTIALS_ADVICE = (
-    "On a TPU VM, the VM's service account is used: create the VM with one that may use the bucket. Elsewhere, "
-    "run `gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service account's "
-    "key file.")
 
 
 def check_gcs_path(path, *, write=False):
@@ -99,7 +99,8 @@ def check_gcs_path(path, *, write=False):
     except exceptions.Forbidden as err:
         raise SystemExit(
             f"error: no permission to {'write to' if write else 'read'} {path!r}: {err.message}\nGive the account "
-            "these scripts run as (on a TPU VM, the VM's service account) a role on the bucket that allows it, "
+            "these scripts run as (on a TPU VM, the VM's service account; on a TPU Node, the Cloud TPU service "
+            "account too) a role on the bucket that allows it, "
             f"e.g. `gcloud storage buckets add-iam-policy-binding gs://{bucket} --member=serviceAccount:ACCOUNT "
             "--role=roles/storage.objectAdmin`.") from err
     except (exceptions.Unauthorized, GoogleAuthError) as err:
