@@ -400,8 +400,12 @@ class MaskedLMTrainer(keras.Model):
     more masks weigh more, exactly as if one device had run the whole batch.
 
     Gradient accumulation splits each replica's batch into micro-batches inside the step and adds up their
-    gradients in a loop with a fixed trip count: no branch on tensor values, and one optimizer step per
-    training step, so the step counter, the schedule and the checkpoints all count optimizer steps.
+    gradients: no branch on tensor values, and one optimizer step per training step, so the step counter, the
+    schedule and the checkpoints all count optimizer steps. The micro-batches are a Python loop, unrolled into the
+    graph, not a graph loop: without XLA, TensorFlow's graph optimizer rewrites large gradient sums into
+    accumulators whose temporary variables clash between the iterations of a loop nested in Keras'
+    steps_per_execution loop (AlreadyExistsError, seen here with a 5.8M-parameter model). The graph grows with
+    the number of micro-batches, and so does compilation time.
 
     With `jit_compile`, the forward and backward passes are compiled with XLA on each replica, while the
     optimizer update stays outside: Keras cannot XLA-compile an update of variables mirrored on several devices
@@ -416,12 +420,10 @@ class MaskedLMTrainer(keras.Model):
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self.accuracy_tracker = keras.metrics.Mean(name="masked_accuracy")
         self.perplexity_tracker = Perplexity(name="perplexity")
-        # Always a tf.function: Keras calls train_step from its own code, which AutoGraph leaves alone, so only a
-        # tf.function of our own turns the accumulation loop into a graph loop. jit_compile None, rather than
-        # False, lets an enclosing XLA compilation (a TPU's) take the function in.
-        xla = True if jit_compile else None
-        self.compute_gradients = tf.function(self._compute_gradients, jit_compile=xla)
-        self.masked_lm_sums = tf.function(self._masked_lm_sums, jit_compile=xla)
+        self.compute_gradients = tf.function(self._compute_gradients, jit_compile=True) if jit_compile \
+            else self._compute_gradients
+        self.masked_lm_sums = tf.function(self._masked_lm_sums, jit_compile=True) if jit_compile \
+            else self._masked_lm_sums
 
     @property
     def metrics(self):  # What Keras resets at the start of each epoch and evaluation.
@@ -457,15 +459,14 @@ class MaskedLMTrainer(keras.Model):
         variables = self.mlm.trainable_variables
         steps = self.gradient_accumulation_steps
         micro_batches = {name: tf.reshape(value, [steps, -1, value.shape[-1]]) for name, value in batch.items()}
-        gradient_sums = [tf.zeros_like(variable) for variable in variables]
-        stat_sums = tf.zeros([3])
-        for i in tf.range(steps):  # AutoGraph makes this a tf.while_loop with a fixed trip count.
+        gradient_sums, stat_sums = None, tf.zeros([3])
+        for i in range(steps):  # Unrolled: see the class docstring.
             micro_batch = {name: value[i] for name, value in micro_batches.items()}
             with tf.GradientTape() as tape:
                 stats = self._masked_lm_sums(micro_batch, training=True)
-            gradients = tape.gradient(stats[0], variables)
-            gradient_sums = [total + tf.convert_to_tensor(gradient)
-                             for total, gradient in zip(gradient_sums, gradients)]
+            gradients = [tf.convert_to_tensor(gradient) for gradient in tape.gradient(stats[0], variables)]
+            gradient_sums = gradients if gradient_sums is None else [
+                total + gradient for total, gradient in zip(gradient_sums, gradients)]
             stat_sums += tf.stack(stats)
         return gradient_sums, tf.unstack(stat_sums)
 

@@ -107,6 +107,8 @@ def main():
                 trainer.fit(datasets[head], steps_per_epoch=steps_per_execution, verbose=0)
         except tf.errors.OpError as error:
             failures[head, jit, steps_per_execution] = type(error).__name__
+            print(f"{head} head, jit_compile {jit}, steps_per_execution {steps_per_execution} failed: {error}",
+                  file=sys.stderr)
             continue
         trainers[head, jit, steps_per_execution] = trainer
         print(f"{head} head, jit_compile {jit}, steps_per_execution {steps_per_execution}: built, traced and "

@@ -64,3 +64,27 @@ def test_training_without_xla_equals_training_with_it():
         np.testing.assert_allclose(histories[False][name], histories[True][name], rtol=1e-4)
     for without_xla, with_xla in zip(weights[False], weights[True]):
         np.testing.assert_allclose(without_xla, with_xla, rtol=1e-3, atol=1e-5)
+
+
+def test_many_steps_per_execution_without_xla_on_a_model_large_enough_for_graph_rewrites():
+    # From about this size (5.8M parameters), TensorFlow's graph optimizer rewrites large gradient sums into
+    # accumulators with temporary variables; inside a graph loop nested in Keras' steps_per_execution loop, those
+    # clashed (AlreadyExistsError), which the unrolled micro-batch loop avoids.
+    config = RobertaConfig(vocab_size=10_000, hidden_size=256, num_hidden_layers=4, num_attention_heads=2,
+                           intermediate_size=1024, max_position_embeddings=130)
+    ids = tf.random.stateless_uniform([64, 128], [0, 1], minval=5, maxval=10_000, dtype=tf.int32)
+
+    def mask(index, batch_ids):
+        batch = mask_tokens(batch_ids, tf.stack([tf.constant(0, tf.int64), index]), mask_token_id=4,
+                            special_token_ids=[0, 1, 2, 3, 4], vocab_size=10_000, mlm_probability=0.15,
+                            max_predictions=32)
+        batch["attention_mask"] = tf.ones_like(batch_ids)
+        return batch
+
+    dataset = tf.data.Dataset.from_tensor_slices(ids).batch(16, drop_remainder=True).enumerate().map(mask).repeat()
+    mlm = TFAutoModelForMaskedLM.from_config(config)
+    mlm.build_in_name_scope()
+    trainer = MaskedLMTrainer(mlm, gradient_accumulation_steps=2, jit_compile=False)
+    trainer.compile(optimizer=keras.optimizers.SGD(learning_rate=0.1), steps_per_execution=4)
+    losses = [trainer.fit(dataset, steps_per_epoch=4, verbose=0).history["loss"][0] for _ in range(2)]
+    assert all(np.isfinite(losses))
