@@ -557,13 +557,15 @@ class TensorBoardLogger(keras.callbacks.Callback):
 def write_model_card(folder, args, results):
     """A README.md for the Hub, written into `folder`: what was trained, on what, for how long, and how well."""
     eval_lines = "\n".join(f"| {name} | {value:.4f} |" for name, value in results.get("final_eval", {}).items())
+    # Named after --output_dir, even when the card is written to a local copy of a gs:// folder.
+    model_name = os.path.basename(args.output_dir.rstrip("/") if is_gcs_path(args.output_dir)
+                                  else os.path.abspath(args.output_dir))
     card = f"""---
 library_name: transformers
 tags: [fill-mask, tensorflow, masked-lm]
 ---
 
-# {os.path.basename(args.output_dir.rstrip("/")) if is_gcs_path(args.output_dir)
-   else os.path.basename(os.path.abspath(args.output_dir))}
+# {model_name}
 
 A {results['model_type']} masked language model pre-trained from scratch with TensorFlow
 (`run_mlm.py` of a TF + 🤗 Transformers TPU pre-training pipeline).
@@ -683,7 +685,7 @@ def main():
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     # Cloud Storage paths first: a missing bucket or permission must not wait for a TPU to start.
     for path in (args.train_dataset, args.eval_dataset, args.tokenizer, args.pretrained_model_config):
-        check_gcs_path(path or "")
+        check_gcs_path(path)
     check_gcs_path(args.output_dir, write=True)
     # The strategy comes before any TensorFlow op: MultiWorkerMirroredStrategy sets up collective ops at start-up.
     split_cpu(args.num_cpu_replicas)
