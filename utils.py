@@ -59,14 +59,9 @@ def gcs_client():
     """A google-cloud-storage client with Application Default Credentials: on a TPU VM (or any Google Cloud VM)
     those of the VM's service account; elsewhere those of `gcloud auth application-default login`, or the key
     file named by GOOGLE_APPLICATION_CREDENTIALS."""
-    from google.auth.exceptions import DefaultCredentialsError
     from google.cloud import storage
 
-    try:
-        return storage.Client()
-    except DefaultCredentialsError as err:
-        raise SystemExit(f"error: no Google Cloud credentials found to reach Cloud Storage ({err}).\n"
-                         f"{CREDENTIALS_ADVICE}") from err
+    return storage.Client()
 
 
 def check_gcs_path(path, *, write=False):
@@ -81,11 +76,14 @@ def check_gcs_path(path, *, write=False):
     if not is_gcs_path(path):
         return
     from google.api_core import exceptions
-    from google.auth.exceptions import GoogleAuthError
+    from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError
 
     bucket, name = split_gcs_path(path)
     prefix = re.split(r"[*?[]", name, maxsplit=1)[0]  # A glob (gs://bucket/train/*.tfrecord) up to its wildcard.
-    client = gcs_client()
+    try:
+        client = gcs_client()
+    except DefaultCredentialsError as err:
+        raise SystemExit(f"error: no Google Cloud credentials found to access {path!r}.\n{CREDENTIALS_ADVICE}") from err
     try:
         next(iter(client.list_blobs(bucket, prefix=prefix, max_results=1)), None)
         if write:

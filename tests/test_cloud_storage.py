@@ -41,8 +41,9 @@ def addresses_outside_loopback(log_file):
     """The addresses, other than 127.0.0.0/8 and ::1, that a process traced by strace() connected to."""
     addresses = {ipaddress.ip_address(next(filter(None, match.groups())))
                  for match in CONNECTED_ADDRESS.finditer(log_file.read_text())}
+    mapped = {address: getattr(address, "ipv4_mapped", None) for address in addresses}  # ::ffff:127.0.0.1
     return sorted(str(address) for address in addresses
-                  if not (address.is_loopback or getattr(address, "ipv4_mapped", None) and address.ipv4_mapped.is_loopback))
+                  if not (address.is_loopback or mapped[address] and mapped[address].is_loopback))
 
 
 def traced_child(strace_pid):
@@ -218,7 +219,7 @@ def test_no_credentials_and_no_permission_are_explained(tmp_path):
     env = {"NO_GCE_CHECK": "true", "CLOUDSDK_CONFIG": str(cloudsdk_config)}
     result = run_traced(tmp_path, "train_unigram.py", "--train_file", WIKITEXT / "validation.txt", "--output_dir",
                         "gs://bucket/tokenizer", env=env, expect_failure=True)
-    assert "no Google Cloud credentials found" in result.stderr
+    assert "no Google Cloud credentials found to access 'gs://bucket/tokenizer'" in result.stderr
     assert "gcloud auth application-default login" in result.stderr
 
     # A Cloud Storage that refuses every request, as it does an account without a role on the bucket.
