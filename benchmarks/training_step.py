@@ -11,12 +11,17 @@ so that whatever else loads the machine disturbs them alike.
 
 FLOPs per sample are counted analytically (common.training_flops_per_sample).
 
-    python benchmarks/training_step.py
+    TF_NUM_INTEROP_THREADS=1 python benchmarks/training_step.py --rounds 5
     python benchmarks/training_step.py --hidden 128 --layers 2 --steps_per_execution 1 16 --rounds 2
+
+On a 2-core machine, TensorFlow's default thread pools gave rounds that ran on one core as often as on two (13 to
+32 samples/s for the same setting); one inter-op thread (TF_NUM_INTEROP_THREADS=1) steadied them. The header says
+which thread pools a run used.
 """
 
 import argparse
 import itertools
+import os
 import sys
 import time
 
@@ -124,14 +129,19 @@ def main():
             seconds = time.perf_counter() - start
             speeds[head, jit, steps_per_execution].append(args.steps * args.batch_size / seconds)
             busy_cores[head, jit, steps_per_execution].append((time.process_time() - cpu_start) / seconds)
+            print(f"{head} head, jit_compile {jit}, steps_per_execution {steps_per_execution}: "
+                  f"{speeds[head, jit, steps_per_execution][-1]:.1f} samples/s, "
+                  f"{busy_cores[head, jit, steps_per_execution][-1]:.2f} busy cores", file=sys.stderr)
         loads.append(load_average())
         print(f"round {round_number + 1} of {args.rounds} done", file=sys.stderr)
 
     flops = {head: training_flops_per_sample(args.hidden, args.layers, args.intermediate, args.vocab, args.length,
                                              positions or args.length) for head, positions in heads.items()}
     parameters = next(iter(trainers.values())).mlm.count_params()
+    threads = {name: os.environ[name] for name in ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS")
+               if name in os.environ}
     print(f"Machine: {describe_machine()}; TensorFlow {tf.__version__}; load average during the run "
-          f"{min(loads):.1f} to {max(loads):.1f}")
+          f"{min(loads):.1f} to {max(loads):.1f}; thread pools: {threads or 'TensorFlow defaults'}")
     print(f"Model: RoBERTa, hidden {args.hidden}, {args.layers} layers, {args.heads} heads, intermediate "
           f"{args.intermediate}, vocabulary {args.vocab}, {parameters / 1e6:.1f}M "
           f"parameters; length {args.length}, batch {args.batch_size}, float32; gathered head at "
