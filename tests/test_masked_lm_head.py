@@ -19,13 +19,19 @@ def tiny_mlm():
     return mlm
 
 
-def masked_batch(seed, batch_size=16, max_predictions=24):
-    ids = tf.random.stateless_uniform([batch_size, 64], [0, seed], minval=5, maxval=500, dtype=tf.int32)
+def masked_batch(seed, batch_size=16, length=64, vocab_size=500, max_predictions=24):
+    """A batch of random rows, <s> ids </s>, masked as run_mlm.py masks them."""
+    ids = tf.random.stateless_uniform([batch_size, length], [0, seed], minval=5, maxval=vocab_size, dtype=tf.int32)
     ids = tf.concat([tf.zeros([batch_size, 1], tf.int32), ids[:, 1:-1], tf.fill([batch_size, 1], 2)], axis=1)
     batch = mask_tokens(ids, tf.constant([3, seed], tf.int64), mask_token_id=4, special_token_ids=[0, 1, 2, 3, 4],
-                        vocab_size=500, mlm_probability=0.15, max_predictions=max_predictions)
+                        vocab_size=vocab_size, mlm_probability=0.15, max_predictions=max_predictions)
     batch["attention_mask"] = tf.ones_like(ids)
     return batch
+
+
+def dataset_of(batches):
+    return tf.data.Dataset.from_tensor_slices({name: tf.stack([batch[name] for batch in batches])
+                                               for name in batches[0]})
 
 
 def test_gathered_head_equals_full_head():
@@ -48,8 +54,7 @@ def test_gathered_head_equals_full_head():
 def test_training_without_xla_equals_training_with_it():
     # Keras runs train_step inside its own tf.function: the step, with its gradient accumulation loop, must trace
     # there without XLA too (run_mlm.py turns jit_compile off on TPUs), and give what the XLA step gives.
-    batches = [masked_batch(seed) for seed in range(3)]
-    dataset = tf.data.Dataset.from_tensor_slices({k: tf.stack([b[k] for b in batches]) for k in batches[0]})
+    dataset = dataset_of([masked_batch(seed) for seed in range(3)])
     initial_weights = tiny_mlm().get_weights()
     histories, weights = {}, {}
     for jit_compile in (True, False):
@@ -72,16 +77,8 @@ def test_many_steps_per_execution_without_xla_on_a_model_large_enough_for_graph_
     # clashed (AlreadyExistsError), which the unrolled micro-batch loop avoids.
     config = RobertaConfig(vocab_size=10_000, hidden_size=256, num_hidden_layers=4, num_attention_heads=2,
                            intermediate_size=1024, max_position_embeddings=130)
-    ids = tf.random.stateless_uniform([64, 128], [0, 1], minval=5, maxval=10_000, dtype=tf.int32)
-
-    def mask(index, batch_ids):
-        batch = mask_tokens(batch_ids, tf.stack([tf.constant(0, tf.int64), index]), mask_token_id=4,
-                            special_token_ids=[0, 1, 2, 3, 4], vocab_size=10_000, mlm_probability=0.15,
-                            max_predictions=32)
-        batch["attention_mask"] = tf.ones_like(batch_ids)
-        return batch
-
-    dataset = tf.data.Dataset.from_tensor_slices(ids).batch(16, drop_remainder=True).enumerate().map(mask).repeat()
+    dataset = dataset_of([masked_batch(seed, length=128, vocab_size=10_000, max_predictions=32)
+                          for seed in range(4)]).repeat()
     mlm = TFAutoModelForMaskedLM.from_config(config)
     mlm.build_in_name_scope()
     trainer = MaskedLMTrainer(mlm, gradient_accumulation_steps=2, jit_compile=False)
