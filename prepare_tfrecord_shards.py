@@ -57,8 +57,8 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from utils import (MANIFEST_NAME, SHARD_NAME, add_corpus_arguments, check_gcs_path, check_output_dir,
-                   download_from_gcs, is_gcs_path, text_batches)
+from utils import (MANIFEST_NAME, SHARD_NAME, add_corpus_arguments, check_gcs_path, check_output_dir, is_gcs_path,
+                   local_copy, text_batches)
 
 logger = logging.getLogger("prepare_tfrecord_shards")
 
@@ -108,8 +108,7 @@ def load_tokenizer(name_or_path):
     it is: loading that file directly gives the same tokens without importing 🤗 Transformers. Anything else (a
     Hub id, a model-specific tokenizer class that may adjust its tokenizer when loaded) goes through AutoTokenizer.
     """
-    if is_gcs_path(name_or_path):
-        name_or_path = download_from_gcs(name_or_path)
+    name_or_path = local_copy(name_or_path)
     tokenizer_file = os.path.join(name_or_path, "tokenizer.json")
     config_file = os.path.join(name_or_path, "tokenizer_config.json")
     if os.path.isfile(tokenizer_file) and os.path.isfile(config_file):

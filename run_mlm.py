@@ -56,8 +56,8 @@ import tensorflow as tf
 import tf_keras as keras
 from transformers import AutoConfig, AutoTokenizer, TFAutoModelForMaskedLM, create_optimizer
 
-from utils import (MANIFEST_NAME, SHARD_NAME_PATTERN, check_gcs_path, download_from_gcs, is_gcs_path,
-                   push_folder_to_hub, upload_to_gcs)
+from utils import (MANIFEST_NAME, SHARD_NAME_PATTERN, check_gcs_path, is_gcs_path, local_copy, push_folder_to_hub,
+                   upload_to_gcs)
 
 logger = logging.getLogger("run_mlm")
 
@@ -359,10 +359,8 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
 
 def load_config(args, tokenizer):
     """The model config: --pretrained_model_config, --config_overrides, and the tokenizer's vocabulary and ids."""
-    name_or_path = args.pretrained_model_config
     try:
-        config = AutoConfig.from_pretrained(download_from_gcs(name_or_path) if is_gcs_path(name_or_path)
-                                            else name_or_path)
+        config = AutoConfig.from_pretrained(local_copy(args.pretrained_model_config))
     except OSError as err:
         raise SystemExit(f"error: cannot load the model config {args.pretrained_model_config!r}: {err}\n"
                          "Pass a Hub model id (online), or a local folder holding config.json, or a config file."
@@ -693,8 +691,7 @@ def main():
     keras.utils.set_random_seed(args.seed)
 
     # Check the data and the config before building anything, so that mistakes cost seconds, not minutes.
-    tokenizer = AutoTokenizer.from_pretrained(download_from_gcs(args.tokenizer) if is_gcs_path(args.tokenizer)
-                                              else args.tokenizer)
+    tokenizer = AutoTokenizer.from_pretrained(local_copy(args.tokenizer))
     if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
         raise SystemExit(f"error: the tokenizer {args.tokenizer!r} has no mask or pad token; "
                          "train one with train_unigram.py.")

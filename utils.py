@@ -48,6 +48,11 @@ def split_gcs_path(path):
     return bucket, name
 
 
+def folder_prefix(name):
+    """The prefix that the objects in the folder `name` of a bucket start with: "a/b/" for "a/b", "" for the root."""
+    return name.rstrip("/") + "/" if name.rstrip("/") else ""
+
+
 CREDENTIALS_ADVICE = (
     "On a TPU VM, the VM's service account is used: create the VM with one that may use the bucket. Elsewhere, "
     "run `gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service account's "
@@ -108,10 +113,12 @@ def check_gcs_path(path, *, write=False):
         raise SystemExit(f"error: cannot reach Cloud Storage for {path!r}: {err}") from err
 
 
-def download_from_gcs(path):
-    """Copies a gs:// file, or the files of a gs:// folder, to a new local temporary folder (deleted when the
-    script exits); returns the local path of the file or folder. For what 🤗 libraries read from local disk only:
-    a tokenizer folder, a model config."""
+def local_copy(path):
+    """A path that 🤗 libraries can read: `path` itself when it is local (or a Hub id); for a gs:// file or folder,
+    a copy of it in a new local temporary folder (deleted when the script exits). For what those libraries read
+    from local disk only: a tokenizer folder, a model config."""
+    if not is_gcs_path(path):
+        return path
     bucket_name, name = split_gcs_path(path)
     bucket = gcs_client().bucket(bucket_name)
     local_dir = tempfile.mkdtemp(prefix="from-gcs-")
@@ -121,7 +128,7 @@ def download_from_gcs(path):
         local_path = os.path.join(local_dir, posixpath.basename(name))
         single_file.download_to_filename(local_path)
         return local_path
-    prefix = name.rstrip("/") + "/" if name.rstrip("/") else ""
+    prefix = folder_prefix(name)
     files = [blob for blob in bucket.list_blobs(prefix=prefix, delimiter="/") if not blob.name.endswith("/")]
     if not files:
         raise SystemExit(f"error: there is no file at {path!r}.")
@@ -311,8 +318,8 @@ def check_output_dir(path, overwrite):
     """
     if is_gcs_path(path):
         bucket, name = split_gcs_path(path)
-        folder = name.rstrip("/") + "/" if name.rstrip("/") else ""
-        is_empty = next(iter(gcs_client().list_blobs(bucket, prefix=folder, max_results=1)), None) is None
+        is_empty = next(iter(gcs_client().list_blobs(bucket, prefix=folder_prefix(name), max_results=1)),
+                        None) is None
     else:
         is_empty = not os.path.exists(path) or not os.listdir(path)
     if is_empty:
