@@ -1,27 +1,27 @@
 #!/usr/bin/env python
 """Benchmark of run_mlm.py's training step on the CPU: full vs gathered LM head, XLA on vs off, steps_per_execution.
 
-Every combination is a MaskedLMTrainer, built and compiled as run_mlm.py does it (MirroredStrategy over the CPU,
-AdamW from create_optimizer), around its own RoBERTa model of the size given, fed masked batches of random token
-ids held in memory (the input pipeline is measured by input_pipeline.py; here it must cost nothing). The full
-head's batches carry no "masked_positions", so the trainer computes vocabulary logits at every position; the
-gathered head's carry the default --max_predictions_per_seq positions. Each trainer is warmed up once (tracing,
-XLA compilation), then timed over --steps steps with model.fit, round after round, every combination in turn,
-so that whatever else loads the machine disturbs them alike.
+Every combination runs in a process of its own, as run_mlm.py runs: a MaskedLMTrainer built and compiled as
+run_mlm.py builds it (MirroredStrategy over the CPU, AdamW from create_optimizer) around a RoBERTa model of the
+size given, fed masked batches of random token ids held in memory (the input pipeline is measured by
+input_pipeline.py; here it must cost nothing). The full head's batches carry no "masked_positions", so the
+trainer computes vocabulary logits at every position; the gathered head's carry the default
+--max_predictions_per_seq positions.
 
-FLOPs per sample are counted analytically (common.training_flops_per_sample).
+Each process first runs one execution to trace and compile, then one model.fit call of --steps steps, and times
+every execution of that call but its first, which also pays for fit's own set-up (a second or more, now and
+then several): what is left is the steady pace of a long run, the one that decides accelerator hours. The
+combinations run one after the other, --passes times over, so that anything else loading the machine disturbs
+them alike. FLOPs per sample are counted analytically (common.training_flops_per_sample).
 
     python benchmarks/training_step.py
-    python benchmarks/training_step.py --hidden 128 --layers 2 --steps_per_execution 1 8 --rounds 2
-
-Rounds vary: with 8 trainers in one process, a trainer at times ran a whole round on one core of two (13 to 32
-samples/s for one setting, on 2 cores), while a head trained alone in a process of its own kept both cores. So
-the table gives each combination's best round, an estimate of its undisturbed speed, beside the median and the
-worst, and compares the heads by their best rounds.
+    python benchmarks/training_step.py --hidden 128 --layers 2 --steps_per_execution 1 --jit_compile on
 """
 
 import argparse
 import itertools
+import json
+import subprocess
 import sys
 import time
 
@@ -34,6 +34,7 @@ from transformers import RobertaConfig, TFAutoModelForMaskedLM, create_optimizer
 from run_mlm import MaskedLMTrainer, default_max_predictions, mask_tokens  # noqa: E402
 
 SPECIAL_TOKEN_IDS = [0, 1, 2, 3, 4]  # <s>, <pad>, </s>, <unk>, <mask>: train_unigram.py's layout.
+HEADS = ("full", "gathered")
 
 
 def parse_args():
@@ -46,17 +47,20 @@ def parse_args():
     parser.add_argument("--vocab", type=int, default=10_000, help="Vocabulary size (default: %(default)s).")
     parser.add_argument("--length", type=int, default=128, help="Tokens per sample (default: %(default)s).")
     parser.add_argument("--batch_size", type=int, default=32, help="Samples per step (default: %(default)s).")
-    parser.add_argument("--steps", type=int, default=8,
-                        help="Steps timed per round and combination; a multiple of every --steps_per_execution "
-                             "(default: %(default)s).")
+    parser.add_argument("--steps", type=int, default=24,
+                        help="Steps of the timed fit call, a multiple of every --steps_per_execution value and at "
+                             "least 3 executions of the largest (default: %(default)s).")
     parser.add_argument("--steps_per_execution", type=int, nargs="+", default=[1, 8],
                         help="Values to compare (default: %(default)s).")
     parser.add_argument("--jit_compile", choices=["on", "off"], nargs="+", default=["on", "off"],
                         help="XLA settings to compare (default: %(default)s).")
-    parser.add_argument("--rounds", type=int, default=6, help="Rounds of measurements (default: %(default)s).")
+    parser.add_argument("--passes", type=int, default=2,
+                        help="Times every combination is measured, in a new process each time (default: "
+                             "%(default)s).")
+    parser.add_argument("--only", help=argparse.SUPPRESS)  # HEAD,JIT,STEPS_PER_EXECUTION: one measurement.
     args = parser.parse_args()
-    if any(args.steps % value for value in args.steps_per_execution):
-        parser.error("--steps must be a multiple of every --steps_per_execution value.")
+    if any(args.steps % value or args.steps < 3 * value for value in args.steps_per_execution):
+        parser.error("--steps must be a multiple of every --steps_per_execution value, and at least 3 times it.")
     return args
 
 
@@ -77,89 +81,110 @@ def masked_batches(args, max_predictions, num_batches=8):
     return dataset.enumerate().map(mask).cache().repeat()
 
 
-def build_trainer(strategy, config, jit_compile, steps_per_execution):
-    with strategy.scope():
-        mlm = TFAutoModelForMaskedLM.from_config(config)
-        mlm.build_in_name_scope()
-        optimizer, _ = create_optimizer(init_lr=1e-4, num_train_steps=10**6, num_warmup_steps=100,
-                                        weight_decay_rate=1e-3)
-        trainer = MaskedLMTrainer(mlm, jit_compile=jit_compile)
-        trainer.compile(optimizer=optimizer, steps_per_execution=steps_per_execution)
-    return trainer
+class ExecutionTimer(keras.callbacks.Callback):
+    """Wall-clock and CPU time at the end of every execution (steps_per_execution steps) of a fit call. Keras
+    hands a plain callback its logs as numbers, so each execution has finished when it is called."""
+
+    def on_train_begin(self, logs=None):
+        self.times = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.times.append((time.perf_counter(), time.process_time()))
 
 
-def main():
-    args = parse_args()
+def measure(args, head, jit, steps_per_execution):
+    """Builds one trainer, compiles it, times its steady steps; returns the figures as a dict."""
     keras.utils.set_random_seed(0)
     config = RobertaConfig(vocab_size=args.vocab, hidden_size=args.hidden, num_hidden_layers=args.layers,
                            num_attention_heads=args.heads, intermediate_size=args.intermediate,
                            max_position_embeddings=args.length + 2)
     strategy = tf.distribute.MirroredStrategy([device.name for device in tf.config.list_logical_devices("CPU")])
-    gathered_positions = default_max_predictions(0.15, args.length)
-    heads = {"full": 0, "gathered": gathered_positions}
-    datasets = {head: masked_batches(args, positions) for head, positions in heads.items()}
+    start = time.perf_counter()
+    with strategy.scope():
+        mlm = TFAutoModelForMaskedLM.from_config(config)
+        mlm.build_in_name_scope()
+        optimizer, _ = create_optimizer(init_lr=1e-4, num_train_steps=10**6, num_warmup_steps=100,
+                                        weight_decay_rate=1e-3)
+        trainer = MaskedLMTrainer(mlm, jit_compile=jit == "on")
+        trainer.compile(optimizer=optimizer, steps_per_execution=steps_per_execution)
+    data = masked_batches(args, default_max_predictions(0.15, args.length) if head == "gathered" else 0)
+    trainer.fit(data, steps_per_epoch=steps_per_execution, verbose=0)  # Tracing and XLA compilation.
+    compile_seconds = time.perf_counter() - start
 
-    # In this order, the two heads of a setting are measured one right after the other: their ratio, taken
-    # round by round, is the least disturbed by whatever else runs on the machine.
+    timer = ExecutionTimer()
+    trainer.fit(data, steps_per_epoch=args.steps, verbose=0, callbacks=[timer])
+    (first_wall, first_cpu), (last_wall, last_cpu) = timer.times[0], timer.times[-1]
+    return {"step_seconds": [(end[0] - begin[0]) / steps_per_execution
+                             for begin, end in zip(timer.times, timer.times[1:])],
+            "busy_cores": (last_cpu - first_cpu) / (last_wall - first_wall),
+            "compile_seconds": compile_seconds, "parameters": mlm.count_params()}
+
+
+def measure_in_new_process(head, jit, steps_per_execution):
+    """Runs this script with --only in a child process; returns its figures, or {"error": last line of stderr}."""
+    command = [sys.executable, __file__, *sys.argv[1:], "--only", f"{head},{jit},{steps_per_execution}"]
+    child = subprocess.run(command, capture_output=True, text=True)
+    if child.returncode:
+        return {"error": (child.stderr.strip().splitlines() or [f"exit status {child.returncode}"])[-1]}
+    return json.loads(child.stdout.splitlines()[-1])
+
+
+def main():
+    args = parse_args()
+    if args.only:
+        head, jit, steps_per_execution = args.only.split(",")
+        print(json.dumps(measure(args, head, jit, int(steps_per_execution))))
+        return
+
+    # In this order, the two heads of a setting are measured one right after the other.
     combinations = [(head, jit, steps_per_execution) for steps_per_execution, jit, head
-                    in itertools.product(args.steps_per_execution, args.jit_compile, heads)]
-    trainers, failures = {}, {}
-    for head, jit, steps_per_execution in combinations:
-        start = time.perf_counter()
-        trainer = build_trainer(strategy, config, jit == "on", steps_per_execution)
-        try:  # Warm-up: tracing and XLA compilation happen here, not in the timed rounds.
-            for _ in range(2):
-                trainer.fit(datasets[head], steps_per_epoch=steps_per_execution, verbose=0)
-        except tf.errors.OpError as error:
-            failures[head, jit, steps_per_execution] = type(error).__name__
-            print(f"{head} head, jit_compile {jit}, steps_per_execution {steps_per_execution} failed: {error}",
-                  file=sys.stderr)
-            continue
-        trainers[head, jit, steps_per_execution] = trainer
-        print(f"{head} head, jit_compile {jit}, steps_per_execution {steps_per_execution}: built, traced and "
-              f"compiled in {time.perf_counter() - start:.0f} s", file=sys.stderr)
-
-    speeds = {combination: [] for combination in trainers}
-    busy_cores = {combination: [] for combination in trainers}  # Fewer than the machine has: it was busy.
+                    in itertools.product(args.steps_per_execution, args.jit_compile, HEADS)]
+    results = {combination: [] for combination in combinations}
     loads = [load_average()]
-    for round_number in range(args.rounds):
-        for (head, jit, steps_per_execution), trainer in trainers.items():
-            start, cpu_start = time.perf_counter(), time.process_time()
-            trainer.fit(datasets[head], steps_per_epoch=args.steps, verbose=0)
-            seconds = time.perf_counter() - start
-            speeds[head, jit, steps_per_execution].append(args.steps * args.batch_size / seconds)
-            busy_cores[head, jit, steps_per_execution].append((time.process_time() - cpu_start) / seconds)
-            print(f"{head} head, jit_compile {jit}, steps_per_execution {steps_per_execution}: "
-                  f"{speeds[head, jit, steps_per_execution][-1]:.1f} samples/s, "
-                  f"{busy_cores[head, jit, steps_per_execution][-1]:.2f} busy cores", file=sys.stderr)
-        loads.append(load_average())
-        print(f"round {round_number + 1} of {args.rounds} done", file=sys.stderr)
+    for pass_number in range(args.passes):
+        for head, jit, steps_per_execution in combinations:
+            result = measure_in_new_process(head, jit, steps_per_execution)
+            results[head, jit, steps_per_execution].append(result)
+            loads.append(load_average())
+            figures = (result["error"] if "error" in result else
+                       f"{args.batch_size / median(result['step_seconds']):.1f} samples/s, "
+                       f"{result['busy_cores']:.2f} busy cores, compiled in {result['compile_seconds']:.0f} s")
+            print(f"pass {pass_number + 1}: {head} head, jit_compile {jit}, steps_per_execution "
+                  f"{steps_per_execution}: {figures}", file=sys.stderr)
 
+    gathered_positions = default_max_predictions(0.15, args.length)
     flops = {head: training_flops_per_sample(args.hidden, args.layers, args.intermediate, args.vocab, args.length,
-                                             positions or args.length) for head, positions in heads.items()}
-    parameters = next(iter(trainers.values())).mlm.count_params()
+                                             gathered_positions if head == "gathered" else args.length)
+             for head in HEADS}
+    parameters = next((result["parameters"] for runs in results.values() for result in runs
+                       if "parameters" in result), 0)
     print(f"Machine: {describe_machine()}; TensorFlow {tf.__version__}; load average during the run "
           f"{min(loads):.1f} to {max(loads):.1f}")
     print(f"Model: RoBERTa, hidden {args.hidden}, {args.layers} layers, {args.heads} heads, intermediate "
-          f"{args.intermediate}, vocabulary {args.vocab}, {parameters / 1e6:.1f}M "
-          f"parameters; length {args.length}, batch {args.batch_size}, float32; gathered head at "
-          f"{gathered_positions} positions; {args.steps} steps timed per round, {args.rounds} rounds\n")
+          f"{args.intermediate}, vocabulary {args.vocab}, {parameters / 1e6:.1f}M parameters; length "
+          f"{args.length}, batch {args.batch_size}, float32; gathered head at {gathered_positions} positions; "
+          f"{args.passes} passes, each a new process per combination timing {args.steps} steps\n")
+
+    def samples_per_second(runs):  # Over every timed execution of every pass.
+        return args.batch_size / median([seconds for run in runs for seconds in run["step_seconds"]])
+
     rows = []
     for head, jit, steps_per_execution in combinations:
         row = [head, jit, steps_per_execution, f"{flops[head] / 1e9:.2f}"]
-        if (head, jit, steps_per_execution) in failures:
-            rows.append(row + [f"fails: {failures[head, jit, steps_per_execution]}", "", "", "", "", ""])
+        runs = results[head, jit, steps_per_execution]
+        errors = [run["error"] for run in runs if "error" in run]
+        if errors:
+            rows.append(row + [f"fails: {errors[0]}", "", "", "", ""])
             continue
-        samples = speeds[head, jit, steps_per_execution]
-        best_round = samples.index(max(samples))
-        full = speeds.get(("full", jit, steps_per_execution))
-        rows.append(row + [f"{max(samples):.1f}", f"{median(samples):.1f}", f"{min(samples):.1f}",
-                           f"{busy_cores[head, jit, steps_per_execution][best_round]:.2f}",
-                           f"{max(samples) * flops[head] / 1e9:.0f}",
-                           f"{max(samples) / max(full):.2f}" if full else ""])
-    print_table(["LM head", "jit_compile", "steps_per_execution", "GFLOP/sample", "samples/s, best round",
-                 "median", "worst", "busy cores (best round)", "GFLOP/s (best round)", "x full head (best rounds)"],
-                rows)
+        speed = samples_per_second(runs)
+        per_pass = [samples_per_second([run]) for run in runs]
+        full_runs = results["full", jit, steps_per_execution]
+        ratio = "" if any("error" in run for run in full_runs) else f"{speed / samples_per_second(full_runs):.2f}"
+        rows.append(row + [f"{speed:.1f}", " / ".join(f"{value:.1f}" for value in per_pass),
+                           " / ".join(f"{run['busy_cores']:.2f}" for run in runs),
+                           f"{speed * flops[head] / 1e9:.0f}", ratio])
+    print_table(["LM head", "jit_compile", "steps_per_execution", "GFLOP/sample", "samples/s", "each pass",
+                 "busy cores", "GFLOP/s", "x full head"], rows)
 
 
 if __name__ == "__main__":
