@@ -103,14 +103,11 @@ def main():
         check_gcs_path(path)
     check_gcs_path(args.output_dir, write=True)
     check_output_dir(args.output_dir, args.overwrite)
-    if args.train_file:
-        corpus = text_batches(data_files={"train": args.train_file}, text_column=args.text_column,
-                              batch_size=args.batch_size, limit=args.limit)
-    else:
-        corpus = text_batches(dataset_name=args.dataset_name, dataset_config=args.dataset_config,
-                              splits=[args.split], trust_remote_code=args.trust_remote_code,
-                              text_column=args.text_column, batch_size=args.batch_size, limit=args.limit)
-    batches = next(iter(corpus.values()))
+    corpus = text_batches(data_files={"train": args.train_file} if args.train_file else None,
+                          dataset_name=args.dataset_name, dataset_config=args.dataset_config, splits=[args.split],
+                          trust_remote_code=args.trust_remote_code, text_column=args.text_column,
+                          batch_size=args.batch_size, limit=args.limit)
+    batches = next(iter(corpus.values()))  # The one split asked for: "train" of the files, or --split.
 
     texts_seen = 0
 
