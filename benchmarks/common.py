@@ -1,4 +1,5 @@
-"""What the benchmarks share: where the repository is, the machine they ran on, and printing a table."""
+"""What the benchmarks share: where the repository is, the special token ids, the machine they ran on, printing a
+table, and FLOPs per training sample."""
 
 import os
 import platform
@@ -15,6 +16,8 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+SPECIAL_TOKEN_IDS = [0, 1, 2, 3, 4]  # <s>, <pad>, </s>, <unk>, <mask>: train_unigram.py's layout.
 
 
 def describe_machine():

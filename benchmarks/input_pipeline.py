@@ -23,7 +23,8 @@ import sys
 import tempfile
 import time
 
-from common import REPO, WIKITEXT, describe_machine, load_average, median, print_table, training_flops_per_sample
+from common import (REPO, SPECIAL_TOKEN_IDS, WIKITEXT, describe_machine, load_average, median, print_table,
+                    training_flops_per_sample)
 
 import tensorflow as tf  # noqa: E402  (after common, which quiets TensorFlow)
 from transformers import RobertaConfig  # noqa: E402
@@ -33,7 +34,6 @@ from run_mlm import default_max_predictions, make_dataset  # noqa: E402
 # Published peak bf16 compute (cloud.google.com/tpu/docs/v3 and /v4): 123 TFLOP/s per v3 chip, 275 per v4 chip;
 # a v3-8 or a v4-8 is one host with 4 chips (8 TensorCores).
 TPU_PEAK_FLOPS = {"TPU v3-8": 4 * 123e12, "TPU v4-8": 4 * 275e12}
-SPECIAL_TOKEN_IDS = [0, 1, 2, 3, 4]  # <s>, <pad>, </s>, <unk>, <mask>: train_unigram.py's layout.
 
 
 def parse_args():

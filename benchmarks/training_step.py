@@ -25,7 +25,8 @@ import subprocess
 import sys
 import time
 
-from common import describe_machine, load_average, median, print_table, training_flops_per_sample
+from common import (SPECIAL_TOKEN_IDS, describe_machine, load_average, median, print_table,
+                    training_flops_per_sample)
 
 import tensorflow as tf  # noqa: E402  (after common, which quiets TensorFlow)
 import tf_keras as keras  # noqa: E402
@@ -33,7 +34,6 @@ from transformers import RobertaConfig, TFAutoModelForMaskedLM, create_optimizer
 
 from run_mlm import MaskedLMTrainer, default_max_predictions, mask_tokens  # noqa: E402
 
-SPECIAL_TOKEN_IDS = [0, 1, 2, 3, 4]  # <s>, <pad>, </s>, <unk>, <mask>: train_unigram.py's layout.
 HEADS = ("full", "gathered")
 
 
