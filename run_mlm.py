@@ -4,7 +4,8 @@
 The model is a 🤗 Transformers TF…ForMaskedLM (RoBERTa by default) built from a config, never from pretrained
 weights, trained with Keras `model.fit` under a tf.distribute strategy:
 
-    TPUStrategy                    on a TPU VM (--tpu_name local, the default), or a TPU Node (--tpu_name NAME)
+    TPUStrategy                    on a TPU VM (its chips are found in sysfs), or a TPU Node or pod slice
+                                   (--tpu_name NAME)
     MultiWorkerMirroredStrategy    when TF_CONFIG describes a multi-host GPU / CPU cluster
     MirroredStrategy               over every visible GPU, or the CPU when there is none (--no_tpu, or no TPU)
 
@@ -56,8 +57,8 @@ import tensorflow as tf
 import tf_keras as keras
 from transformers import AutoConfig, AutoTokenizer, TFAutoModelForMaskedLM, create_optimizer
 
-from utils import (MANIFEST_NAME, SHARD_NAME_PATTERN, check_gcs_path, is_gcs_path, local_copy, push_folder_to_hub,
-                   upload_to_gcs)
+from utils import (MANIFEST_NAME, SHARD_NAME_PATTERN, add_hardware_arguments, check_gcs_path, choose_strategy,
+                   count_hosts, is_gcs_path, local_copy, push_folder_to_hub, split_cpu, strategy_name, upload_to_gcs)
 
 logger = logging.getLogger("run_mlm")
 
@@ -68,20 +69,7 @@ MODELS_WITH_POSITION_OFFSET = ("roberta", "xlm-roberta", "camembert", "roberta-p
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    hardware = parser.add_argument_group("hardware")
-    hardware.add_argument("--tpu_name", help="TPU to use: `local` on a TPU VM, or a TPU Node's name. Default: "
-                                             "try `local`, and use GPUs or the CPU if there is no TPU. A TPU named "
-                                             "here must be found, or the script stops.")
-    hardware.add_argument("--tpu_zone", help="Zone of the TPU Node named by --tpu_name (TPU Nodes only).")
-    hardware.add_argument("--gcp_project", help="Google Cloud project of the TPU Node (TPU Nodes only).")
-    hardware.add_argument("--no_tpu", action="store_true", help="Do not look for a TPU: use GPUs or the CPU.")
-    hardware.add_argument("--num_cpu_replicas", type=int, default=1,
-                          help="On a machine without GPUs, split the CPU into this many devices and train one "
-                               "replica on each: a dry run of multi-replica training without accelerators "
-                               "(default: %(default)s).")
-    hardware.add_argument("--bfloat16", action="store_true",
-                          help="Mixed precision: compute in bfloat16, keep weights in float32. Fast on TPUs and "
-                               "recent GPUs (A100, H100); slow on CPUs.")
+    add_hardware_arguments(parser)
 
     data = parser.add_argument_group("data")
     data.add_argument("--train_dataset", default="tfrecords/train",
@@ -134,10 +122,6 @@ def parse_args():
     training.add_argument("--steps_per_execution", type=int, default=1,
                           help="Steps run per call from Python into the device; larger values cut the per-step "
                                "overhead, mostly on TPUs (default: %(default)s).")
-    training.add_argument("--jit_compile", action=argparse.BooleanOptionalAction, default=True,
-                          help="On CPUs and GPUs, compile each replica's forward and backward pass with XLA "
-                               "(default: on; --no_jit_compile turns it off). TPUs always compile everything with "
-                               "XLA.")
     training.add_argument("--eval_every_steps", type=int,
                           help="Evaluate (and log to TensorBoard) every this many steps (default: once per epoch).")
     training.add_argument("--checkpoint_every_steps", type=int, default=1000,
@@ -170,58 +154,6 @@ def parse_args():
     if not 0 <= args.max_predictions_per_seq <= args.max_length:
         parser.error(f"--max_predictions_per_seq must be between 0 and --max_length, got {args.max_predictions_per_seq}.")
     return args
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Hardware
-
-
-def choose_strategy(args):
-    """The tf.distribute strategy for this machine, and whether it is a TPU one."""
-    if args.tpu_name or not (args.no_tpu or "TF_CONFIG" in os.environ):
-        tpu_name = args.tpu_name or "local"
-        try:
-            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-                tpu_name, zone=args.tpu_zone, project=args.gcp_project)
-            tf.config.experimental_connect_to_cluster(resolver)
-            tf.tpu.experimental.initialize_tpu_system(resolver)
-            return tf.distribute.TPUStrategy(resolver), True
-        except Exception as err:  # Each TPU set-up failure has its own type; all mean "no usable TPU".
-            if args.tpu_name:
-                raise SystemExit(
-                    f"error: cannot use the TPU {tpu_name!r}: {type(err).__name__}: {err}\n"
-                    "On a TPU VM pass --tpu_name local; for a TPU Node pass its name with --tpu_zone and "
-                    "--gcp_project. To train on GPUs or the CPU instead, leave out --tpu_name or pass --no_tpu."
-                ) from err
-            logger.info("No TPU found (%s); using GPUs or the CPU.", type(err).__name__)
-    if "TF_CONFIG" in os.environ:
-        return tf.distribute.MultiWorkerMirroredStrategy(), False
-    devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
-    return tf.distribute.MirroredStrategy([device.name for device in devices]), False
-
-
-def count_hosts(strategy):
-    """Machines taking part in training; each runs this script and an input pipeline of its own."""
-    if isinstance(strategy, tf.distribute.TPUStrategy):
-        return strategy.extended.num_hosts
-    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        cluster = strategy.cluster_resolver.cluster_spec().as_dict()
-        return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
-    return 1
-
-
-def strategy_name(strategy):
-    # MultiWorkerMirroredStrategy is the public name of the class TF calls CollectiveAllReduceStrategy.
-    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        return "MultiWorkerMirroredStrategy"
-    return type(strategy).__name__
-
-
-def split_cpu(num_replicas):
-    """Splits the CPU into `num_replicas` logical devices, when there is no GPU. Must run before TF starts up."""
-    if num_replicas > 1 and not tf.config.list_physical_devices("GPU"):
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * num_replicas)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -16,6 +16,8 @@ Application Default Credentials.
 
 import atexit
 import functools
+import glob
+import logging
 import os
 import posixpath
 import re
@@ -348,3 +350,255 @@ def push_folder_to_hub(folder, repo_id, commit_message, ignore_patterns=None):
             f"Nothing is lost: everything is saved in {folder!r}. Log in with `huggingface-cli login` "
             f"(or set HF_TOKEN), then upload it with `huggingface-cli upload {repo_id} {folder}`.") from err
     return url
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Hardware: the tf.distribute strategy (run_mlm.py and run_classification.py)
+#
+# TensorFlow is imported inside these functions, so that the two data scripts, which import utils too, never pay
+# for it.
+
+logger = logging.getLogger("utils")
+
+# Every TPU chip is a PCI device of Google's vendor id; its device id names the generation (v2 and v3 share one,
+# told apart by the subsystem id). These are the ids that Google's tpu-info tool reads.
+GOOGLE_PCI_VENDOR_ID = "0x1ae0"
+TPU_GENERATIONS = {("0x0027", "0x004e"): "v2", ("0x0027", "0x004f"): "v3", "0x005e": "v4", "0x0062": "v5p",
+                   "0x0063": "v5e", "0x006f": "v6e", "0x0076": "7x"}
+# A TPU chip's device file: /dev/accel0, 1, ... for v2 to v4; /dev/vfio/0, 1, ... for v5e and later.
+TPU_DEVICE_FILE = re.compile(r"/dev/(accel|vfio/)\d+$")
+INSTALL_TPU_ADVICE = ("Install TensorFlow's TPU build as the README's \"On a TPU VM, from nothing\" says "
+                      "(`make install-tpu`), then check it with `python utils.py check-tpu`.")
+
+
+def add_hardware_arguments(parser):
+    """The hardware flags of the two training scripts, as an argparse group."""
+    hardware = parser.add_argument_group("hardware")
+    hardware.add_argument("--tpu_name",
+                          help="TPU to use: `local` on a TPU VM; a TPU Node's or a pod slice's name, from a machine "
+                               "that is not the TPU host. Default: `local` when this machine has TPU chips, else "
+                               "GPUs or the CPU. A TPU named here must be found, or the script stops.")
+    hardware.add_argument("--tpu_zone", help="Zone of the TPU named by --tpu_name (TPU Nodes and pod slices).")
+    hardware.add_argument("--gcp_project", help="Google Cloud project of that TPU (TPU Nodes and pod slices).")
+    hardware.add_argument("--no_tpu", action="store_true",
+                          help="Do not use a TPU even if this machine has one: use GPUs or the CPU.")
+    hardware.add_argument("--num_cpu_replicas", type=int, default=1,
+                          help="On a machine without GPUs, split the CPU into this many devices and train one "
+                               "replica on each: a dry run of multi-replica training without accelerators "
+                               "(default: %(default)s).")
+    hardware.add_argument("--bfloat16", action="store_true",
+                          help="Mixed precision: compute in bfloat16, keep weights in float32. Fast on TPUs and "
+                               "recent GPUs (A100, H100); slow on CPUs.")
+    # Both spellings of the negative flag: argparse's BooleanOptionalAction would only accept --no-jit_compile.
+    hardware.add_argument("--jit_compile", action="store_true", default=True,
+                          help="On CPUs and GPUs, compile each replica's forward and backward pass with XLA "
+                               "(default: on). TPUs always compile everything with XLA.")
+    hardware.add_argument("--no_jit_compile", "--no-jit_compile", dest="jit_compile", action="store_false",
+                          help="Run the forward and backward pass without XLA on CPUs and GPUs.")
+    return hardware
+
+
+def local_tpu_chips(root="/"):
+    """The TPU chips attached to this machine, by generation, e.g. {"v4": 4}; {} on a machine without any.
+
+    Read from the PCI devices in sysfs, as JAX, PyTorch/XLA and Google's tpu-info detect them: this works before
+    (and without) any TPU software. Device files /dev/accel* (v2 to v4) count too, as chips of unknown
+    generation, should sysfs not show them. `root` lets tests point at a fake tree.
+    """
+    chips = {}
+    for device in glob.glob(os.path.join(root, "sys/bus/pci/devices/*")):
+        ids = {}
+        for name in ("vendor", "device", "subsystem_device"):
+            try:
+                with open(os.path.join(device, name)) as f:
+                    ids[name] = f.read().strip()
+            except OSError:
+                ids[name] = None
+        if ids["vendor"] != GOOGLE_PCI_VENDOR_ID:
+            continue
+        generation = (TPU_GENERATIONS.get((ids["device"], ids["subsystem_device"]))
+                      or TPU_GENERATIONS.get(ids["device"]))
+        if generation:  # Google's other PCI devices (e.g. its network cards) are not TPUs.
+            chips[generation] = chips.get(generation, 0) + 1
+    if not chips:
+        accel_files = glob.glob(os.path.join(root, "dev/accel[0-9]*"))
+        if accel_files:
+            chips["unknown generation"] = len(accel_files)
+    return chips
+
+
+def describe_chips(chips):
+    return ", ".join(f"{count} x TPU {generation}" for generation, count in chips.items())
+
+
+def tpu_holders(root="/"):
+    """{pid: command line} of the processes, this one left out, that hold a TPU device file open."""
+    holders = {}
+    for fd in glob.glob(os.path.join(root, "proc/[0-9]*/fd/*")):
+        try:
+            target = os.readlink(fd)
+        except OSError:  # The process ended, or is not ours to look at.
+            continue
+        pid = int(fd.split(os.sep)[-3])
+        if TPU_DEVICE_FILE.search(target) and pid != os.getpid():
+            try:
+                with open(os.path.join(root, f"proc/{pid}/cmdline"), "rb") as f:
+                    holders[pid] = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            except OSError:
+                holders[pid] = "?"
+    return holders
+
+
+def tensorflow_build(path=None):
+    """(distribution, version) of the TensorFlow whose files fill the `tensorflow` package folder, or None.
+
+    The CPU/GPU build (`tensorflow`) and the TPU build (`tensorflow-tpu`) install into the same folder, and pip
+    lets both be installed at once (tf-keras, for one, pulls in `tensorflow`): the one installed last silently
+    owns the files. pip's RECORD lists the size of every file it wrote, so the owner is the distribution whose
+    shared libraries have, on disk, the sizes its RECORD gives. `path` lets tests use a fake site-packages.
+    """
+    from importlib import metadata
+
+    for dist in metadata.distributions(**({"path": path} if path else {})):
+        files = dist.files or []
+        if not any(str(file) == "tensorflow/__init__.py" for file in files):
+            continue
+        libraries = [file for file in files if file.parts[0] == "tensorflow" and ".so" in file.name and file.size]
+        if libraries and all(os.path.isfile(dist.locate_file(file))
+                             and os.path.getsize(dist.locate_file(file)) == file.size for file in libraries):
+            return dist.metadata["Name"], dist.version
+    return None
+
+
+def explain_unusable_tpu(chips, error):
+    """Why TensorFlow could not use the TPU chips of this machine, and what to do, as an error message."""
+    build = tensorflow_build()
+    if build is None or build[0] != "tensorflow-tpu":
+        installed = f"{build[0]} {build[1]}" if build else "no TensorFlow whose files can be told apart"
+        cause = (f"the installed TensorFlow is {installed}, which has no TPU runtime: the `tensorflow` wheels "
+                 f"run on CPUs and GPUs only. {INSTALL_TPU_ADVICE}")
+    elif holders := tpu_holders():
+        processes = "; ".join(f"PID {pid}: {command}" for pid, command in holders.items())
+        cause = (f"another process holds the TPU ({processes}). A TPU serves one process at a time: stop it "
+                 "(`kill PID`), or wait for it to end. `sudo lsof -w /dev/accel* /dev/vfio/*` lists them too.")
+    else:
+        cause = f"TensorFlow failed to start it: {type(error).__name__}: {error}\nCheck with `python utils.py check-tpu`."
+    return (f"error: this machine has TPU chips ({describe_chips(chips)}), but TensorFlow cannot use them: {cause}\n"
+            "To train on this machine's CPU instead (much slower), pass --no_tpu.")
+
+
+def split_cpu(num_replicas):
+    """Splits the CPU into `num_replicas` logical devices, when there is no GPU. Must run before TF starts up."""
+    import tensorflow as tf
+
+    if num_replicas > 1 and not tf.config.list_physical_devices("GPU"):
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * num_replicas)
+
+
+def choose_strategy(args, root="/"):
+    """The tf.distribute strategy for this machine, and whether it is a TPU one.
+
+    TPUStrategy on a TPU VM's own chips (--tpu_name local, the default when sysfs shows chips) or on a named TPU
+    Node or pod slice; MultiWorkerMirroredStrategy when TF_CONFIG describes a cluster; otherwise MirroredStrategy
+    over the GPUs, or the CPU. A machine with TPU chips never falls back to its CPU silently: if TensorFlow cannot
+    use them, the script stops and says why. `root` lets tests point at a fake sysfs.
+    """
+    import tensorflow as tf
+
+    chips = {} if args.no_tpu else local_tpu_chips(root)
+    tpu_name = args.tpu_name or ("local" if chips else None)
+    if tpu_name:
+        try:
+            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+                tpu_name, zone=args.tpu_zone, project=args.gcp_project)
+            tf.config.experimental_connect_to_cluster(resolver)
+            tf.tpu.experimental.initialize_tpu_system(resolver)
+            return tf.distribute.TPUStrategy(resolver), True
+        except Exception as err:  # Each TPU set-up failure has its own type; all mean "this TPU is not usable".
+            if tpu_name == "local" and chips:
+                raise SystemExit(explain_unusable_tpu(chips, err)) from err
+            raise SystemExit(
+                f"error: cannot use the TPU {tpu_name!r}: {type(err).__name__}: {err}\n"
+                + ("This machine has no TPU chips: --tpu_name local works on a TPU VM only. "
+                   if tpu_name == "local" else
+                   "Check the name, --tpu_zone and --gcp_project, and that the TPU is READY "
+                   "(`gcloud compute tpus tpu-vm list`). ")
+                + "To train on GPUs or the CPU instead, leave out --tpu_name or pass --no_tpu.") from err
+    if "TF_CONFIG" in os.environ:
+        return tf.distribute.MultiWorkerMirroredStrategy(), False
+    devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+    return tf.distribute.MirroredStrategy([device.name for device in devices]), False
+
+
+def count_hosts(strategy):
+    """Machines whose CPUs run an input pipeline: the hosts of a TPU (one for a TPU VM, all of a pod slice's), or
+    the workers of a multi-worker cluster."""
+    import tensorflow as tf
+
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return strategy.extended.num_hosts
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        cluster = strategy.cluster_resolver.cluster_spec().as_dict()
+        return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
+    return 1
+
+
+def strategy_name(strategy):
+    import tensorflow as tf
+
+    # MultiWorkerMirroredStrategy is the public name of the class TF calls CollectiveAllReduceStrategy.
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return "MultiWorkerMirroredStrategy"
+    return type(strategy).__name__
+
+
+def check_tpu_setup(root="/"):
+    """What `python utils.py check-tpu` prints on a TPU VM: the TensorFlow build and libtpu installed, the TPU chips
+    of this machine, and whether TensorFlow starts them. Returns the exit status: 0 when all is well."""
+    from importlib import metadata
+
+    build, chips = tensorflow_build(), local_tpu_chips(root)
+    try:
+        libtpu = metadata.version("libtpu")
+    except metadata.PackageNotFoundError:
+        libtpu = None
+    problems = []
+    if build is None:
+        problems.append("no installed TensorFlow owns the files of the `tensorflow` package folder. "
+                        + INSTALL_TPU_ADVICE)
+    elif build[0] != "tensorflow-tpu":
+        problems.append(f"TensorFlow is the {build[0]} build {build[1]}, which has no TPU runtime. "
+                        + INSTALL_TPU_ADVICE)
+    elif libtpu != build[1]:
+        problems.append(f"tensorflow-tpu {build[1]} needs libtpu {build[1]}, but "
+                        + (f"libtpu {libtpu} is installed" if libtpu else "libtpu is not installed")
+                        + ". " + INSTALL_TPU_ADVICE)
+    if not chips:
+        problems.append("this machine has no TPU chips (no PCI device of vendor 0x1ae0): run this on the TPU VM.")
+    if problems:
+        print("\n".join(f"error: {problem}" for problem in problems))
+        return 1
+    import tensorflow as tf
+
+    try:  # Starting the TPU is the one proof that the runtime and the chips work together.
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver("local")
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except Exception as err:  # Each TPU set-up failure has its own type.
+        print(explain_unusable_tpu(chips, err))
+        return 1
+    print(f"TPU build of TensorFlow {build[1]}, libtpu {libtpu}: {describe_chips(chips)}, "
+          f"{len(tf.config.list_logical_devices('TPU'))} TPU devices started.")
+    return 0
+
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description="Checks of the set-up. `check-tpu`: on a TPU VM, whether the "
+                                                 "TensorFlow installed drives its TPU.")
+    parser.add_argument("check", choices=["check-tpu"])
+    parser.parse_args()
+    sys.exit(check_tpu_setup())
