@@ -8,9 +8,12 @@ BIN := $(VENV)/bin
 DATA ?=
 OUT ?= demo-output
 
-.PHONY: demo test clean
+.PHONY: demo test clean install-tpu check-tpu
 
-$(VENV)/.installed: requirements.txt requirements-test.txt
+$(VENV)/.installed: requirements.txt requirements-libraries.txt requirements-test.txt
+	@if [ -f $(VENV)/.installed-tpu ]; then echo "error: $(VENV) holds TensorFlow's TPU build (make install-tpu), \
+	which installing the test requirements would replace with the plain build. Run the scripts with \
+	$(BIN)/python, or give the CPU environment a folder of its own: make $(MAKECMDGOALS) VENV=.venv-cpu"; exit 1; fi
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements-test.txt
@@ -43,3 +46,18 @@ test: $(VENV)/.installed
 
 clean:
 	rm -rf $(OUT)
+
+# On a TPU VM: TensorFlow's TPU build, installed in Google's order (see the README, "On a TPU VM, from nothing").
+# tf-keras comes last and without its dependencies: they name the plain `tensorflow`, whose files would replace
+# the TPU build's in the `tensorflow/` folder that both write.
+install-tpu:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install -r requirements-tpu.txt
+	$(BIN)/pip install --no-deps $$(grep '^tf-keras==' requirements.txt)
+	touch $(VENV)/.installed-tpu
+	$(BIN)/python utils.py check-tpu
+
+# Prints "TPU build of TensorFlow X, libtpu Y: ..." when TensorFlow drives this machine's TPU, else what is wrong.
+check-tpu:
+	$(BIN)/python utils.py check-tpu

@@ -58,7 +58,8 @@ import tf_keras as keras
 from transformers import AutoConfig, AutoTokenizer, TFAutoModelForMaskedLM, create_optimizer
 
 from utils import (MANIFEST_NAME, SHARD_NAME_PATTERN, add_hardware_arguments, check_gcs_path, choose_strategy,
-                   count_hosts, is_gcs_path, local_copy, push_folder_to_hub, split_cpu, strategy_name, upload_to_gcs)
+                   count_hosts, host_addresses, is_gcs_path, local_copy, push_folder_to_hub, split_cpu, strategy_name,
+                   upload_to_gcs)
 
 logger = logging.getLogger("run_mlm")
 
@@ -76,6 +77,9 @@ def parse_args():
                       help="Folder of training shards, or a glob such as gs://bucket/train/*.tfrecord "
                            "(default: %(default)s).")
     data.add_argument("--eval_dataset", help="Folder or glob of evaluation shards (default: no evaluation).")
+    data.add_argument("--shards_on_every_host", action="store_true",
+                      help="On a TPU pod slice, accept local shard paths: you copied the shards to the same path on "
+                           "every host. Without it, a pod slice needs gs:// shards, since each host reads its own.")
     data.add_argument("--max_length", type=int, default=128,
                       help="Tokens per sample; must match the shards (default: %(default)s).")
     data.add_argument("--shuffle_buffer_size", type=int, default=10_000,
@@ -196,6 +200,28 @@ def find_shards(path, max_length):
     return files, sizes
 
 
+def check_paths_for_pod(args, num_hosts):
+    """Refuses paths that the hosts of a TPU pod slice cannot all reach.
+
+    TensorFlow drives a pod slice from one process, on worker 0, but each host runs its own input pipeline and
+    saves its own part of each checkpoint: a local path means each host's own disk. So the shards must be in
+    Cloud Storage, unless the user copied them to the same local path on every host (--shards_on_every_host), and
+    --output_dir must be, always.
+    """
+    if num_hosts == 1:
+        return
+    local_shards = [path for path in (args.train_dataset, args.eval_dataset) if path and not is_gcs_path(path)]
+    if local_shards and not args.shards_on_every_host:
+        raise SystemExit(
+            f"error: this TPU has {num_hosts} hosts, and each reads its own shards, but {local_shards[0]!r} is a "
+            "local path, which the other hosts cannot see. Copy the shards to a bucket (`gcloud storage cp -r "
+            f"{local_shards[0]} gs://BUCKET/...`) and pass the gs:// path; or, if you copied them to this same path "
+            "on every host, pass --shards_on_every_host.")
+    if not is_gcs_path(args.output_dir):
+        raise SystemExit(f"error: this TPU has {num_hosts} hosts, and each saves its own part of every checkpoint, "
+                         f"but --output_dir {args.output_dir!r} is a local path. Pass a gs:// folder.")
+
+
 def batches_per_host(sizes, num_hosts, batch_size):
     """Full batches that every host can read from its own share of the shards (host i reads shards i, i+n, ...)."""
     if len(sizes) < num_hosts:
@@ -257,8 +283,9 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
     """
     host, num_hosts = input_context.input_pipeline_id, input_context.num_input_pipelines
     if training:
-        logger.info("Input pipeline %d of %d reads %d of the %d training shards", host, num_hosts,
-                    len(files[host::num_hosts]), len(files))
+        own = [os.path.basename(file) for file in files[host::num_hosts]]
+        logger.info("Input pipeline %d of %d reads %d of the %d training shards: %s", host, num_hosts, len(own),
+                    len(files), ", ".join(own[:3]) + (", ..." if len(own) > 3 else ""))
     files = tf.data.Dataset.from_tensor_slices(files).shard(num_hosts, host)
     if training:
         files = files.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
@@ -635,6 +662,8 @@ def main():
     # (a collective operation) but write their copies to a scratch folder.
     is_chief = strategy.extended.should_checkpoint
     plan = plan_steps(args, strategy, train_sizes, eval_sizes)
+    if on_tpu:
+        check_paths_for_pod(args, plan.num_hosts)
     if args.bfloat16:
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
     jit_compile = args.jit_compile and not on_tpu
@@ -643,6 +672,8 @@ def main():
                 plan.num_hosts, plan.global_batch_size, args.per_replica_batch_size, strategy.num_replicas_in_sync,
                 args.gradient_accumulation_steps, "implicit (TPU)" if on_tpu else "on" if jit_compile else "off",
                 "bfloat16 mixed precision" if args.bfloat16 else "float32")
+    if plan.num_hosts > 1:
+        logger.info("Hosts, each with an input pipeline of its own: %s", ", ".join(host_addresses(strategy)))
     logger.info("Training: %d samples in %d shards, %d steps per epoch, %d steps in all; evaluation: %s; "
                 "LM head at %s", sum(train_sizes), len(train_files), plan.steps_per_epoch, plan.total_steps,
                 f"{sum(eval_sizes)} samples, {plan.eval_steps} steps" if eval_files else "none",

@@ -8,6 +8,8 @@
 - Google Cloud Storage: checking a gs:// path before any long work, and copying the folders that 🤗 libraries
   read or write on local disk only (tokenizers, configs, saved models) from and to gs://.
 - Pushing a finished folder to the Hub (train_unigram.py and run_mlm.py).
+- The hardware (run_mlm.py and run_classification.py): the hardware flags, the tf.distribute strategy, TPU chips
+  found in sysfs, and whether the installed TensorFlow can drive them (`python utils.py check-tpu` on a TPU VM).
 
 TensorFlow reads and writes gs:// paths itself (tf.io.gfile, TFRecord files, checkpoints); everything else here
 goes through the google-cloud-storage client, which is light to import. Both find credentials the same way:
@@ -15,9 +17,11 @@ Application Default Credentials.
 """
 
 import atexit
+import collections
 import functools
 import glob
 import logging
+import mmap
 import os
 import posixpath
 import re
@@ -449,40 +453,80 @@ def tpu_holders(root="/"):
     return holders
 
 
-def tensorflow_build(path=None):
-    """(distribution, version) of the TensorFlow whose files fill the `tensorflow` package folder, or None.
+# TensorFlow's TPU builds find the TPU runtime, libtpu.so, through this environment variable (or in the libtpu
+# package); the code that reads it is compiled into TPU builds only, and the CPU/GPU builds hold no such string.
+TPU_RUNTIME_LOADER = b"TPU_LIBRARY_PATH"
 
-    The CPU/GPU build (`tensorflow`) and the TPU build (`tensorflow-tpu`) install into the same folder, and pip
-    lets both be installed at once (tf-keras, for one, pulls in `tensorflow`): the one installed last silently
-    owns the files. pip's RECORD lists the size of every file it wrote, so the owner is the distribution whose
-    shared libraries have, on disk, the sizes its RECORD gives. `path` lets tests use a fake site-packages.
+TensorFlowBuild = collections.namedtuple("TensorFlowBuild", "distribution version tpu_support installed")
+
+
+def tensorflow_build(path=None):
+    """What the installed TensorFlow is, as a TensorFlowBuild; None when there is none.
+
+    - `tpu_support`: whether its libraries can load the TPU runtime: true for `tensorflow-tpu` and for the
+      TPU-enabled TensorFlow of Google's tpu-vm-tf-* images, false for the `tensorflow` wheels of PyPI.
+    - `distribution`, `version`: the distribution whose files fill the `tensorflow` package folder. The CPU/GPU
+      build (`tensorflow`) and the TPU build (`tensorflow-tpu`) write the same folder, and pip lets both be
+      installed at once (tf-keras, for one, depends on `tensorflow`): the one installed last silently owns the
+      files. pip's RECORD gives the size of every file it wrote, so the owner is the distribution whose shared
+      libraries have, on disk, the sizes its RECORD gives.
+    - `installed`: every distribution that pip lists as providing the `tensorflow` package.
+    `path` lets tests use a fake site-packages folder.
     """
     from importlib import metadata
 
+    installed, owner = [], None
     for dist in metadata.distributions(**({"path": path} if path else {})):
         files = dist.files or []
         if not any(str(file) == "tensorflow/__init__.py" for file in files):
             continue
+        installed.append(dist.metadata["Name"])
         libraries = [file for file in files if file.parts[0] == "tensorflow" and ".so" in file.name and file.size]
         if libraries and all(os.path.isfile(dist.locate_file(file))
                              and os.path.getsize(dist.locate_file(file)) == file.size for file in libraries):
-            return dist.metadata["Name"], dist.version
-    return None
+            owner = dist
+    if owner is None:
+        return None
+    libraries = glob.glob(os.path.join(owner.locate_file("tensorflow"), "**", "*.so*"), recursive=True)
+    tpu_support = any(file_contains(library, TPU_RUNTIME_LOADER) for library in libraries)
+    return TensorFlowBuild(owner.metadata["Name"], owner.version, tpu_support, sorted(installed))
 
 
-def explain_unusable_tpu(chips, error):
-    """Why TensorFlow could not use the TPU chips of this machine, and what to do, as an error message."""
-    build = tensorflow_build()
-    if build is None or build[0] != "tensorflow-tpu":
-        installed = f"{build[0]} {build[1]}" if build else "no TensorFlow whose files can be told apart"
-        cause = (f"the installed TensorFlow is {installed}, which has no TPU runtime: the `tensorflow` wheels "
-                 f"run on CPUs and GPUs only. {INSTALL_TPU_ADVICE}")
-    elif holders := tpu_holders():
+def file_contains(path, data):
+    """Whether the file `path` holds the bytes `data`: read through mmap, a gigabyte takes a second."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return False
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as contents:
+            return contents.find(data) >= 0
+
+
+def describe_build(build):
+    """Why a TensorFlow `build` (see tensorflow_build) cannot drive a TPU, or None when it can."""
+    if build is None:
+        return "no installed TensorFlow owns the files of the `tensorflow` package folder."
+    if build.tpu_support:
+        return None
+    shadowed = [name for name in build.installed if name != build.distribution]
+    return (f"the installed TensorFlow, {build.distribution} {build.version}, is built for CPUs and GPUs only: it "
+            "cannot load the TPU runtime."
+            + (f" pip also lists {', '.join(shadowed)}, but its files were replaced by {build.distribution}'s, "
+               "installed after it (tf-keras, for one, depends on the plain `tensorflow`)." if shadowed else ""))
+
+
+def explain_unusable_tpu(chips, error, build, holders):
+    """Why TensorFlow could not use this machine's TPU `chips`, as an error message that says what to do, from
+    the TensorFlow `build` installed (see tensorflow_build) and the other processes that hold the TPU (see
+    tpu_holders)."""
+    if (problem := describe_build(build)) is not None:
+        cause = f"{problem} {INSTALL_TPU_ADVICE}"
+    elif holders:
         processes = "; ".join(f"PID {pid}: {command}" for pid, command in holders.items())
         cause = (f"another process holds the TPU ({processes}). A TPU serves one process at a time: stop it "
                  "(`kill PID`), or wait for it to end. `sudo lsof -w /dev/accel* /dev/vfio/*` lists them too.")
     else:
-        cause = f"TensorFlow failed to start it: {type(error).__name__}: {error}\nCheck with `python utils.py check-tpu`."
+        cause = (f"TensorFlow failed to start it: {type(error).__name__}: {error}\n"
+                 "Check the installation with `python utils.py check-tpu`.")
     return (f"error: this machine has TPU chips ({describe_chips(chips)}), but TensorFlow cannot use them: {cause}\n"
             "To train on this machine's CPU instead (much slower), pass --no_tpu.")
 
@@ -517,7 +561,7 @@ def choose_strategy(args, root="/"):
             return tf.distribute.TPUStrategy(resolver), True
         except Exception as err:  # Each TPU set-up failure has its own type; all mean "this TPU is not usable".
             if tpu_name == "local" and chips:
-                raise SystemExit(explain_unusable_tpu(chips, err)) from err
+                raise SystemExit(explain_unusable_tpu(chips, err, tensorflow_build(), tpu_holders(root))) from err
             raise SystemExit(
                 f"error: cannot use the TPU {tpu_name!r}: {type(err).__name__}: {err}\n"
                 + ("This machine has no TPU chips: --tpu_name local works on a TPU VM only. "
@@ -544,6 +588,15 @@ def count_hosts(strategy):
     return 1
 
 
+def host_addresses(strategy):
+    """The addresses of the hosts counted by count_hosts, as the cluster resolver gives them ([] for one host)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or count_hosts(strategy) == 1:
+        return []
+    cluster = resolver.cluster_spec().as_dict()
+    return [*cluster.get("chief", []), *cluster.get("worker", [])]
+
+
 def strategy_name(strategy):
     import tensorflow as tf
 
@@ -560,20 +613,15 @@ def check_tpu_setup(root="/"):
 
     build, chips = tensorflow_build(), local_tpu_chips(root)
     try:
-        libtpu = metadata.version("libtpu")
-    except metadata.PackageNotFoundError:
-        libtpu = None
+        libtpu = f"libtpu {metadata.version('libtpu')}"
+    except metadata.PackageNotFoundError:  # Google's tpu-vm-tf-* images ship it as a plain file.
+        libtpu = os.environ.get("TPU_LIBRARY_PATH") or next(iter(glob.glob("/lib/libtpu.so")), None)
     problems = []
-    if build is None:
-        problems.append("no installed TensorFlow owns the files of the `tensorflow` package folder. "
+    if (problem := describe_build(build)) is not None:
+        problems.append(f"{problem} {INSTALL_TPU_ADVICE}")
+    elif libtpu is None:
+        problems.append(f"{build.distribution} {build.version} finds no TPU runtime: libtpu is not installed. "
                         + INSTALL_TPU_ADVICE)
-    elif build[0] != "tensorflow-tpu":
-        problems.append(f"TensorFlow is the {build[0]} build {build[1]}, which has no TPU runtime. "
-                        + INSTALL_TPU_ADVICE)
-    elif libtpu != build[1]:
-        problems.append(f"tensorflow-tpu {build[1]} needs libtpu {build[1]}, but "
-                        + (f"libtpu {libtpu} is installed" if libtpu else "libtpu is not installed")
-                        + ". " + INSTALL_TPU_ADVICE)
     if not chips:
         problems.append("this machine has no TPU chips (no PCI device of vendor 0x1ae0): run this on the TPU VM.")
     if problems:
@@ -586,9 +634,9 @@ def check_tpu_setup(root="/"):
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
     except Exception as err:  # Each TPU set-up failure has its own type.
-        print(explain_unusable_tpu(chips, err))
+        print(explain_unusable_tpu(chips, err, build, tpu_holders(root)))
         return 1
-    print(f"TPU build of TensorFlow {build[1]}, libtpu {libtpu}: {describe_chips(chips)}, "
+    print(f"TPU build of TensorFlow {build.version} ({build.distribution}), {libtpu}: {describe_chips(chips)}, "
           f"{len(tf.config.list_logical_devices('TPU'))} TPU devices started.")
     return 0
 

@@ -1,0 +1,107 @@
+"""The README stays true: every pipeline command it shows parses with the script's own flags, and every flag it names
+exists."""
+
+import contextlib
+import importlib
+import io
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO
+
+SCRIPTS = ("train_unigram.py", "prepare_tfrecord_shards.py", "run_mlm.py", "run_classification.py")
+# Flags the README gives to other programs (pip, gcloud, tensorboard), in prose and tables.
+OTHER_PROGRAMS_FLAGS = {"--no-deps", "--find-links", "--force-reinstall", "--dry-run", "--worker", "--zone",
+                        "--command", "--version", "--accelerator-type", "--logdir", "--location", "--member",
+                        "--role", "--system-site-packages"}
+README = (REPO / "README.md").read_text()
+COMMAND = re.compile(r"python3?\s+((?:\S+/)?(\w+\.py))\b(.*)")
+
+
+def scripts_here():
+    return [script for script in SCRIPTS if (REPO / script).exists()]
+
+
+def parse(script, argv, monkeypatch):
+    """The script's own parse_args() on `argv`, in this process: its argparse Namespace."""
+    monkeypatch.setattr(sys, "argv", [script, *argv])
+    return importlib.import_module(script[:-len(".py")]).parse_args()
+
+
+@pytest.fixture(scope="module")
+def help_texts():
+    """{script: its --help text}, for the pipeline scripts and the benchmark scripts."""
+    texts = {}
+    for script in scripts_here():
+        output = io.StringIO()
+        with contextlib.redirect_stdout(output), pytest.raises(SystemExit), pytest.MonkeyPatch.context() as patch:
+            parse(script, ["--help"], patch)
+        texts[script] = output.getvalue()
+    for path in sorted((REPO / "benchmarks").glob("*.py")):  # They run from their folder: in a process each.
+        result = subprocess.run([sys.executable, str(path), "--help"], capture_output=True, text=True)
+        if result.returncode == 0:  # common.py is no script.
+            texts[f"benchmarks/{path.name}"] = result.stdout
+    return texts
+
+
+def readme_commands():
+    """(script, arguments) of every command in the README's code blocks that runs a pipeline script."""
+    commands = []
+    for language, block in re.findall(r"^```(\w*)\n(.*?)^```", README, flags=re.DOTALL | re.MULTILINE):
+        if language not in ("", "bash", "sh"):
+            continue
+        for line in block.replace("\\\n", " ").splitlines():
+            for match in COMMAND.finditer(line):
+                script, rest = match.group(2), match.group(3)
+                if script not in SCRIPTS:
+                    continue
+                if line[:match.start()].count('"') % 2:  # Inside a quoted --command "...": up to its end.
+                    rest = rest.split('"')[0]
+                words = []
+                for word in shlex.split(rest, comments=True):
+                    if word in ("&&", ";", "|") or word.startswith((">", "2>")):
+                        break
+                    if word != "...":  # An ellipsis stands for flags left out.
+                        words.append(word)
+                commands.append((script, words))
+    return commands
+
+
+def test_readme_shows_each_pipeline_script():
+    shown = {script for script, _ in readme_commands()}
+    assert shown >= set(scripts_here())
+
+
+@pytest.mark.parametrize("script,argv", readme_commands(), ids=lambda value: value if isinstance(value, str) else "")
+def test_every_readme_command_parses(script, argv, monkeypatch, capsys):
+    try:
+        parse(script, argv, monkeypatch)
+    except SystemExit as exit:
+        pytest.fail(f"python {script} {shlex.join(argv)}: {capsys.readouterr().err or exit}")
+
+
+def sections():
+    """{heading: text} of the README's "## " sections."""
+    parts = re.split(r"^## (.*)$", README, flags=re.MULTILINE)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def named_flags(text):
+    """The --flags named in backticks in `text`, outside code blocks."""
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.DOTALL | re.MULTILINE)
+    return {flag for span in re.findall(r"`([^`\n]+)`", prose) for flag in re.findall(r"(?<![\w-])--[a-z][\w-]*", span)}
+
+
+def test_every_flag_the_readme_names_exists(help_texts):
+    def known(flag, scripts):
+        return any(re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_texts[script]) for script in scripts)
+
+    for heading, text in sections().items():
+        # A step's section names its script's flags; other sections may name any script's.
+        own = [script for script in help_texts if f"`{script}`" in heading] or list(help_texts)
+        unknown = sorted(flag for flag in named_flags(text) - OTHER_PROGRAMS_FLAGS if not known(flag, own))
+        assert not unknown, f"README section {heading!r} names flags that {', '.join(own)} do not have: {unknown}"
