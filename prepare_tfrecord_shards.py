@@ -14,6 +14,7 @@ and their tokens, whatever the size of the corpus and of the shards: samples go 
 On-disk format, per split folder:
 
     dataset-{index}-{num_samples}.tfrecord   index = 0, 1, 2, ...; num_samples = records in the file
+    token_counts.json                        how many times each token id occurs in the samples, a JSON list
     manifest.json                            written last, once every shard is complete
 
 Each record is a serialized tf.train.Example with two int64 features, each a list of exactly max_length values:
@@ -57,8 +58,8 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from utils import (MANIFEST_NAME, SHARD_NAME, add_corpus_arguments, check_gcs_path, check_output_dir, is_gcs_path,
-                   local_copy, text_batches)
+from utils import (MANIFEST_NAME, SHARD_NAME, TOKEN_COUNTS_NAME, add_corpus_arguments, check_gcs_path,
+                   check_output_dir, is_gcs_path, local_copy, text_batches)
 
 logger = logging.getLogger("prepare_tfrecord_shards")
 
@@ -368,6 +369,7 @@ def write_split(split, batches, tokenizer, vocab_size, args):
 
     writer = ShardWriter(split_dir, args.shard_size, args.max_length)
     leftover = np.zeros(0, dtype=np.int64)  # Tokens that do not fill a sample yet; they begin the next one.
+    token_counts = np.zeros(vocab_size, dtype=np.int64)  # Of the tokens written, for run_mlm.py's baseline.
     num_texts = 0
     tokenized = in_background((len(texts), tokenize(tokenizer, texts)) for texts in batches)
     with tqdm(desc=f"{split}: tokenizing", unit=" texts") as text_bar, \
@@ -375,7 +377,9 @@ def write_split(split, batches, tokenizer, vocab_size, args):
         for batch_texts, tokens in tokenized:
             stream = np.concatenate([leftover, tokens])
             num_samples = len(stream) // args.max_length
-            writer.add(stream[:num_samples * args.max_length].reshape(num_samples, args.max_length))
+            samples = stream[:num_samples * args.max_length]
+            writer.add(samples.reshape(num_samples, args.max_length))
+            token_counts += np.bincount(samples, minlength=vocab_size)
             leftover = stream[num_samples * args.max_length:]
             num_texts += batch_texts
             text_bar.update(batch_texts)
@@ -397,7 +401,9 @@ def write_split(split, batches, tokenizer, vocab_size, args):
         "vocab_size": vocab_size,
         "shards": writer.shards,
     }
-    manifest_path = os.path.join(split_dir, MANIFEST_NAME)
+    with open_for_writing(os.path.join(split_dir, TOKEN_COUNTS_NAME), "w") as f:
+        json.dump(token_counts.tolist(), f)
+    manifest_path = os.path.join(split_dir, MANIFEST_NAME)  # Last: a split with a manifest is complete.
     with open_for_writing(manifest_path + ".tmp", "w") as f:
         json.dump(manifest, f, indent=2)
     rename(manifest_path + ".tmp", manifest_path)

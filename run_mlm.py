@@ -51,15 +51,16 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 import tensorflow as tf
 # 🤗 Transformers' TF models are Keras 2 models. Since TensorFlow 2.16, Keras 2 is the separate tf-keras package,
 # and `tf.keras` is Keras 3: every Keras object here must come from tf_keras.
 import tf_keras as keras
 from transformers import AutoConfig, AutoTokenizer, TFAutoModelForMaskedLM, create_optimizer
 
-from utils import (MANIFEST_NAME, SHARD_NAME_PATTERN, add_hardware_arguments, check_gcs_path, choose_strategy,
-                   count_hosts, host_addresses, is_gcs_path, local_copy, push_folder_to_hub, split_cpu, strategy_name,
-                   upload_to_gcs)
+from utils import (MANIFEST_NAME, SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME, add_hardware_arguments, check_gcs_path,
+                   choose_strategy, count_hosts, host_addresses, is_gcs_path, local_copy, push_folder_to_hub,
+                   split_cpu, strategy_name, upload_to_gcs)
 
 logger = logging.getLogger("run_mlm")
 
@@ -222,6 +223,24 @@ def check_paths_for_pod(args, num_hosts):
                          f"but --output_dir {args.output_dir!r} is a local path. Pass a gs:// folder.")
 
 
+def read_frequency_table(files, tokenizer):
+    """The log-probabilities of the training tokens' frequencies (see frequency_log_probs), from the token counts
+    that prepare_tfrecord_shards.py writes beside the shards; None for shards without them (older or foreign ones),
+    which leaves the frequency baseline out of the metrics."""
+    path = os.path.join(os.path.dirname(files[0]), TOKEN_COUNTS_NAME)
+    if not tf.io.gfile.exists(path):
+        logger.warning("No %s beside the training shards: the metrics leave out the token-frequency baseline. "
+                       "Write the shards again with prepare_tfrecord_shards.py to have it.", TOKEN_COUNTS_NAME)
+        return None
+    with tf.io.gfile.GFile(path) as f:
+        token_counts = json.load(f)
+    if len(token_counts) != len(tokenizer):
+        raise SystemExit(f"error: {path!r} counts {len(token_counts)} token ids, but the tokenizer has "
+                         f"{len(tokenizer)}: the shards were written with another tokenizer. Pass the tokenizer "
+                         "they were written with, or write the shards again.")
+    return frequency_log_probs(token_counts, tokenizer.all_special_ids)
+
+
 def batches_per_host(sizes, num_hosts, batch_size):
     """Full batches that every host can read from its own share of the shards (host i reads shards i, i+n, ...)."""
     if len(sizes) < num_hosts:
@@ -349,12 +368,30 @@ class Perplexity(keras.metrics.Mean):
         return tf.exp(super().result())
 
 
+def frequency_log_probs(token_counts, special_token_ids):
+    """Log-probabilities of the best constant predictor of masked tokens: each token's frequency in the training
+    data. Special tokens are left out (-inf), since masking never chooses them; add-one smoothing gives a token
+    unseen in training a finite cost."""
+    counts = np.asarray(token_counts, np.float64) + 1.0
+    counts[list(special_token_ids)] = 0.0
+    with np.errstate(divide="ignore"):
+        return np.log(counts / counts.sum()).astype(np.float32)
+
+
 class MaskedLMTrainer(keras.Model):
     """Trains a 🤗 TF…ForMaskedLM with model.fit, with loss and metrics over masked positions only.
 
     The loss of a step is the sum of the cross-entropy at every masked position of the global batch, divided by
     the number of masked positions in the global batch (an all-reduce across replicas), so replicas that draw
     more masks weigh more, exactly as if one device had run the whole batch.
+
+    Metrics. `loss`, `perplexity` and `masked_accuracy` cover every position chosen for prediction, as the loss
+    does. But a tenth of those keep their token and a tenth get a random one, so a model that copies its input
+    scores there for free. `loss_at_mask` and `accuracy_at_mask` cover only the positions whose input became
+    <mask>, where the model must guess. With `frequency_log_probs` (see frequency_log_probs), the same positions
+    are scored for the best constant predictor, a table of token frequencies (`frequency_loss_at_mask`,
+    `frequency_accuracy_at_mask`), and `nats_beyond_frequency` is how much lower the model's cross-entropy is
+    than the table's: 0 for a model that learned token frequencies and nothing else.
 
     Gradient accumulation splits each replica's batch into micro-batches inside the step and adds up their
     gradients: no branch on tensor values, and one optimizer step per training step, so the step counter, the
@@ -370,13 +407,18 @@ class MaskedLMTrainer(keras.Model):
     by XLA anyway, so `jit_compile` stays off there.
     """
 
-    def __init__(self, mlm, gradient_accumulation_steps=1, jit_compile=False):
+    def __init__(self, mlm, mask_token_id, gradient_accumulation_steps=1, jit_compile=False,
+                 frequency_log_probs=None):
         super().__init__()
         self.mlm = mlm
+        self.mask_token_id = mask_token_id
         self.gradient_accumulation_steps = gradient_accumulation_steps
-        self.loss_tracker = keras.metrics.Mean(name="loss")
-        self.accuracy_tracker = keras.metrics.Mean(name="masked_accuracy")
-        self.perplexity_tracker = Perplexity(name="perplexity")
+        self.frequency_log_probs = None if frequency_log_probs is None else tf.constant(frequency_log_probs)
+        self.trackers = {"loss": keras.metrics.Mean(name="loss"), "perplexity": Perplexity(name="perplexity")}
+        names = ["masked_accuracy", "loss_at_mask", "accuracy_at_mask"]
+        if frequency_log_probs is not None:
+            names += ["frequency_loss_at_mask", "frequency_accuracy_at_mask", "nats_beyond_frequency"]
+        self.trackers.update((name, keras.metrics.Mean(name=name)) for name in names)
         self.compute_gradients = tf.function(self._compute_gradients, jit_compile=True) if jit_compile \
             else self._compute_gradients
         self.masked_lm_sums = tf.function(self._masked_lm_sums, jit_compile=True) if jit_compile \
@@ -384,13 +426,15 @@ class MaskedLMTrainer(keras.Model):
 
     @property
     def metrics(self):  # What Keras resets at the start of each epoch and evaluation.
-        return [self.loss_tracker, self.accuracy_tracker, self.perplexity_tracker]
+        return list(self.trackers.values())
 
     def call(self, inputs, training=False):
         return self.mlm(**inputs, training=training).logits
 
     def _masked_lm_sums(self, batch, training=False):
-        """Summed cross-entropy, correct predictions and count over the masked positions of a batch."""
+        """Sums over the masked positions of a batch, by name: cross-entropy, correct predictions and count, over
+        every position chosen for prediction and over those whose input is <mask>; and at the latter, the
+        frequency table's cross-entropy and correct predictions."""
         if "masked_positions" in batch:
             # The LM head only where there can be labels: encode every position, project K of them onto the
             # vocabulary. At length 128 that skips about three quarters of the head's work.
@@ -399,51 +443,74 @@ class MaskedLMTrainer(keras.Model):
                              training=training)[0]
             logits = self.mlm.get_lm_head()(tf.gather(hidden, batch["masked_positions"], batch_dims=1))
             labels = tf.gather(batch["labels"], batch["masked_positions"], batch_dims=1)
+            inputs = tf.gather(batch["input_ids"], batch["masked_positions"], batch_dims=1)
         else:
             logits = self.mlm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                               training=training).logits
-            labels = batch["labels"]
+            labels, inputs = batch["labels"], batch["input_ids"]
         logits = tf.cast(logits, tf.float32)  # A softmax over the vocabulary needs float32, even in bfloat16 mode.
-        is_masked = labels != -100
-        labels = tf.where(is_masked, labels, 0)  # Any valid id: those positions get weight 0 below.
-        weights = tf.cast(is_masked, tf.float32)
+        is_chosen = labels != -100
+        is_mask = is_chosen & (inputs == self.mask_token_id)
+        labels = tf.where(is_chosen, labels, 0)  # Any valid id: the sums below leave those positions out.
         cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-        correct = tf.cast(tf.argmax(logits, axis=-1, output_type=labels.dtype) == labels, tf.float32)
-        return tf.reduce_sum(cross_entropy * weights), tf.reduce_sum(correct * weights), tf.reduce_sum(weights)
+        correct = tf.argmax(logits, axis=-1, output_type=labels.dtype) == labels
+
+        def total(where, values):  # tf.where, not a product with a 0/1 weight: -inf * 0 would be NaN.
+            return tf.reduce_sum(tf.where(where, tf.cast(values, tf.float32), 0.0))
+
+        sums = {"cross_entropy": total(is_chosen, cross_entropy), "correct": total(is_chosen, correct),
+                "count": total(is_chosen, 1.0), "mask_cross_entropy": total(is_mask, cross_entropy),
+                "mask_correct": total(is_mask, correct), "mask_count": total(is_mask, 1.0)}
+        if self.frequency_log_probs is not None:
+            most_frequent = tf.argmax(self.frequency_log_probs, output_type=labels.dtype)
+            sums["frequency_cross_entropy"] = total(is_mask, -tf.gather(self.frequency_log_probs, labels))
+            sums["frequency_correct"] = total(is_mask, labels == most_frequent)
+        return sums
 
     def _compute_gradients(self, batch):
         """Gradients of the summed masked cross-entropy, accumulated over micro-batches, and the summed stats."""
         variables = self.mlm.trainable_variables
         steps = self.gradient_accumulation_steps
         micro_batches = {name: tf.reshape(value, [steps, -1, value.shape[-1]]) for name, value in batch.items()}
-        gradient_sums, stat_sums = None, tf.zeros([3])
+        gradient_sums, stat_sums = None, None
         for i in range(steps):  # Unrolled: see the class docstring.
             micro_batch = {name: value[i] for name, value in micro_batches.items()}
             with tf.GradientTape() as tape:
                 stats = self._masked_lm_sums(micro_batch, training=True)
-            gradients = [tf.convert_to_tensor(gradient) for gradient in tape.gradient(stats[0], variables)]
+            gradients = [tf.convert_to_tensor(gradient) for gradient in tape.gradient(stats["cross_entropy"],
+                                                                                       variables)]
             gradient_sums = gradients if gradient_sums is None else [
                 total + gradient for total, gradient in zip(gradient_sums, gradients)]
-            stat_sums += tf.stack(stats)
-        return gradient_sums, tf.unstack(stat_sums)
+            stat_sums = stats if stat_sums is None else {name: stat_sums[name] + stats[name] for name in stats}
+        return gradient_sums, stat_sums
 
     def train_step(self, batch):
-        gradient_sums, (cross_entropy_sum, correct, count) = self.compute_gradients(batch)
-        global_count = tf.distribute.get_replica_context().all_reduce("sum", count)
+        gradient_sums, sums = self.compute_gradients(batch)
+        global_count = tf.distribute.get_replica_context().all_reduce("sum", sums["count"])
         # Replica gradients are summed by the optimizer: dividing by the global count makes that sum the gradient
         # of the mean over every masked position of the global batch.
         gradients = [gradient / tf.maximum(global_count, 1.0) for gradient in gradient_sums]
         self.optimizer.apply_gradients(zip(gradients, self.mlm.trainable_variables))
-        return self._update_metrics(cross_entropy_sum, correct, count)
+        return self._update_metrics(sums)
 
     def test_step(self, batch):
-        return self._update_metrics(*self.masked_lm_sums(batch))
+        return self._update_metrics(self.masked_lm_sums(batch))
 
-    def _update_metrics(self, cross_entropy_sum, correct, count):
-        mean_cross_entropy = tf.math.divide_no_nan(cross_entropy_sum, count)
-        self.loss_tracker.update_state(mean_cross_entropy, sample_weight=count)
-        self.perplexity_tracker.update_state(mean_cross_entropy, sample_weight=count)
-        self.accuracy_tracker.update_state(tf.math.divide_no_nan(correct, count), sample_weight=count)
+    def _update_metrics(self, sums):
+        """Each metric is a mean over positions: a batch's mean weighs as many positions as it covers."""
+        def update(name, total, count):
+            self.trackers[name].update_state(tf.math.divide_no_nan(total, count), sample_weight=count)
+
+        update("loss", sums["cross_entropy"], sums["count"])
+        update("perplexity", sums["cross_entropy"], sums["count"])
+        update("masked_accuracy", sums["correct"], sums["count"])
+        update("loss_at_mask", sums["mask_cross_entropy"], sums["mask_count"])
+        update("accuracy_at_mask", sums["mask_correct"], sums["mask_count"])
+        if self.frequency_log_probs is not None:
+            update("frequency_loss_at_mask", sums["frequency_cross_entropy"], sums["mask_count"])
+            update("frequency_accuracy_at_mask", sums["frequency_correct"], sums["mask_count"])
+            update("nats_beyond_frequency", sums["frequency_cross_entropy"] - sums["mask_cross_entropy"],
+                   sums["mask_count"])
         return {metric.name: metric.result() for metric in self.metrics}
 
 
@@ -535,6 +602,10 @@ A {results['model_type']} masked language model pre-trained from scratch with Te
   ({results['num_replicas']} replicas), learning rate {args.learning_rate}, weight decay {args.weight_decay_rate}
 
 ## Final evaluation (masked positions only)
+
+`loss`, `perplexity` and `masked_accuracy` cover every position chosen for prediction; the `..._at_mask` metrics
+only those whose input was `<mask>`, for the model and for a table of the training tokens' frequencies
+(`frequency_...`); `nats_beyond_frequency` is how much lower the model's cross-entropy is there than the table's.
 
 | metric | value |
 |---|---|
@@ -689,7 +760,8 @@ def main():
         optimizer, schedule = create_optimizer(init_lr=args.learning_rate, num_train_steps=plan.total_steps,
                                                num_warmup_steps=plan.warmup_steps,
                                                weight_decay_rate=args.weight_decay_rate)
-        trainer = MaskedLMTrainer(mlm, args.gradient_accumulation_steps, jit_compile)
+        trainer = MaskedLMTrainer(mlm, tokenizer.mask_token_id, args.gradient_accumulation_steps, jit_compile,
+                                  frequency_log_probs=read_frequency_table(train_files, tokenizer))
         trainer.compile(optimizer=optimizer, steps_per_execution=args.steps_per_execution)
         checkpoint = tf.train.Checkpoint(model=mlm, optimizer=optimizer)
         latest_checkpoint = None if args.overwrite else tf.train.latest_checkpoint(checkpoint_dir)
@@ -776,6 +848,11 @@ def main():
                     (step - first_step) * plan.global_batch_size / seconds)
     logger.info("Weights fingerprint: %s", weights_fingerprint(mlm))
 
+    beyond_frequency = results.get("final_eval", {}).get("nats_beyond_frequency")
+    if beyond_frequency is not None and beyond_frequency <= 0:
+        logger.warning("The model predicts masked tokens no better than a table of token frequencies does "
+                       "(%.3f nats at <mask> positions): it has not learned from context yet. Train longer (more "
+                       "steps, or a larger batch), or with a higher --learning_rate.", beyond_frequency)
     if not is_chief:
         tf.io.gfile.rmtree(manager.directory)
         return

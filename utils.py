@@ -34,6 +34,9 @@ import uuid
 SHARD_NAME = "dataset-{index}-{num_samples}.tfrecord"
 SHARD_NAME_PATTERN = re.compile(r"dataset-(\d+)-(\d+)\.tfrecord$")
 MANIFEST_NAME = "manifest.json"
+# How many times each token id occurs in a split's samples: a JSON list indexed by token id. run_mlm.py scores its
+# model against the best constant predictor, a table of the training tokens' frequencies.
+TOKEN_COUNTS_NAME = "token_counts.json"
 
 # Which 🤗 Datasets builder reads a local file, by its extension.
 FILE_BUILDERS = {".txt": "text", ".text": "text", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}

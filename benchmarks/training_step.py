@@ -105,7 +105,7 @@ def measure(args, head, jit, steps_per_execution):
         mlm.build_in_name_scope()
         optimizer, _ = create_optimizer(init_lr=1e-4, num_train_steps=10**6, num_warmup_steps=100,
                                         weight_decay_rate=1e-3)
-        trainer = MaskedLMTrainer(mlm, jit_compile=jit == "on")
+        trainer = MaskedLMTrainer(mlm, mask_token_id=4, jit_compile=jit == "on")
         trainer.compile(optimizer=optimizer, steps_per_execution=steps_per_execution)
     data = masked_batches(args, default_max_predictions(0.15, args.length) if head == "gathered" else 0)
     trainer.fit(data, steps_per_epoch=steps_per_execution, verbose=0)  # Tracing and XLA compilation.

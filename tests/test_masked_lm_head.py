@@ -8,6 +8,7 @@ from transformers import RobertaConfig, TFAutoModelForMaskedLM
 
 from run_mlm import MaskedLMTrainer, mask_tokens
 
+MASK_ID = 4
 CONFIG = RobertaConfig(vocab_size=500, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                        intermediate_size=64, max_position_embeddings=66,
                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # Deterministic steps.
@@ -23,8 +24,9 @@ def masked_batch(seed, batch_size=16, length=64, vocab_size=500, max_predictions
     """A batch of random rows, <s> ids </s>, masked as run_mlm.py masks them."""
     ids = tf.random.stateless_uniform([batch_size, length], [0, seed], minval=5, maxval=vocab_size, dtype=tf.int32)
     ids = tf.concat([tf.zeros([batch_size, 1], tf.int32), ids[:, 1:-1], tf.fill([batch_size, 1], 2)], axis=1)
-    batch = mask_tokens(ids, tf.constant([3, seed], tf.int64), mask_token_id=4, special_token_ids=[0, 1, 2, 3, 4],
-                        vocab_size=vocab_size, mlm_probability=0.15, max_predictions=max_predictions)
+    batch = mask_tokens(ids, tf.constant([3, seed], tf.int64), mask_token_id=MASK_ID,
+                        special_token_ids=[0, 1, 2, 3, 4], vocab_size=vocab_size, mlm_probability=0.15,
+                        max_predictions=max_predictions)
     batch["attention_mask"] = tf.ones_like(ids)
     return batch
 
@@ -35,18 +37,20 @@ def dataset_of(batches):
 
 
 def test_gathered_head_equals_full_head():
-    trainer = MaskedLMTrainer(tiny_mlm())
+    trainer = MaskedLMTrainer(tiny_mlm(), MASK_ID, frequency_log_probs=np.log(np.full(500, 1 / 495, np.float32)))
     batch = masked_batch(seed=4)
     full_batch = {k: v for k, v in batch.items() if k != "masked_positions"}  # Same masks, full head.
 
-    gathered = [float(x) for x in trainer._masked_lm_sums(batch)]
-    full = [float(x) for x in trainer._masked_lm_sums(full_batch)]
-    assert gathered[2] == full[2] == float((batch["labels"].numpy() != -100).sum()) > 100
-    np.testing.assert_allclose(gathered, full, rtol=1e-5)  # Summed loss, correct predictions, count.
+    gathered = {name: float(value) for name, value in trainer._masked_lm_sums(batch).items()}
+    full = {name: float(value) for name, value in trainer._masked_lm_sums(full_batch).items()}
+    assert gathered["count"] == full["count"] == float((batch["labels"].numpy() != -100).sum()) > 100
+    assert 0.7 * full["count"] < gathered["mask_count"] == full["mask_count"] < 0.9 * full["count"]
+    for name in full:  # Summed loss, correct predictions, counts, at every chosen position and at <mask> only.
+        np.testing.assert_allclose(gathered[name], full[name], rtol=1e-5, err_msg=name)
 
     gathered_gradients, gathered_stats = trainer._compute_gradients(batch)
     full_gradients, _ = trainer._compute_gradients(full_batch)
-    np.testing.assert_allclose(gathered_stats[0], gathered[0], rtol=1e-5)
+    np.testing.assert_allclose(gathered_stats["cross_entropy"], gathered["cross_entropy"], rtol=1e-5)
     for a, b in zip(gathered_gradients, full_gradients):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
 
@@ -60,7 +64,7 @@ def test_training_without_xla_equals_training_with_it():
     for jit_compile in (True, False):
         mlm = tiny_mlm()
         mlm.set_weights(initial_weights)
-        trainer = MaskedLMTrainer(mlm, gradient_accumulation_steps=2, jit_compile=jit_compile)
+        trainer = MaskedLMTrainer(mlm, MASK_ID, gradient_accumulation_steps=2, jit_compile=jit_compile)
         trainer.compile(optimizer=keras.optimizers.SGD(learning_rate=0.5), steps_per_execution=3)
         histories[jit_compile] = trainer.fit(dataset, epochs=2, verbose=0).history
         weights[jit_compile] = mlm.get_weights()
@@ -81,7 +85,7 @@ def test_many_steps_per_execution_without_xla_on_a_model_large_enough_for_graph_
                           for seed in range(4)]).repeat()
     mlm = TFAutoModelForMaskedLM.from_config(config)
     mlm.build_in_name_scope()
-    trainer = MaskedLMTrainer(mlm, gradient_accumulation_steps=2, jit_compile=False)
+    trainer = MaskedLMTrainer(mlm, MASK_ID, gradient_accumulation_steps=2, jit_compile=False)
     trainer.compile(optimizer=keras.optimizers.SGD(learning_rate=0.1), steps_per_execution=4)
     losses = [trainer.fit(dataset, steps_per_epoch=4, verbose=0).history["loss"][0] for _ in range(2)]
     assert all(np.isfinite(losses))

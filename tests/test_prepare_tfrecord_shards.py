@@ -51,6 +51,9 @@ def test_samples_are_the_concatenated_tokens_cut_every_max_length(shards_dir, to
     expected = [token for line in lines for token in tokenizer(line).input_ids]
     assert samples == expected[:len(samples)]
     assert len(expected) - len(samples) == manifest["dropped_tokens"] < MAX_LENGTH
+    # Beside the shards, how many times each token id occurs in them.
+    token_counts = json.loads((split_dir / "token_counts.json").read_text())
+    assert token_counts == np.bincount(samples, minlength=1000).tolist()
 
     assert manifest == {
         "split": split, "max_length": MAX_LENGTH, "num_samples": len(samples) // MAX_LENGTH,
@@ -63,7 +66,8 @@ def test_only_complete_files_remain(shards_dir):
     for split in ("train", "validation"):
         names = sorted(path.name for path in (shards_dir / split).iterdir())
         assert "manifest.json" in names
-        assert all(name == "manifest.json" or name.endswith(".tfrecord") for name in names), names
+        assert all(name in ("manifest.json", "token_counts.json") or name.endswith(".tfrecord") for name in names), \
+            names
 
 
 def test_json_lines_input_and_summary(tmp_path, tokenizer_dir):

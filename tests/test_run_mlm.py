@@ -130,6 +130,11 @@ def test_train_interrupt_resume_and_fill_mask(train_args, tmp_path):
 
     # Learning shows on held-out data: masked-token accuracy above its value before training.
     assert results["final_eval"]["masked_accuracy"] > results["step_0_eval"]["masked_accuracy"] + 0.05
+    # At <mask> positions, the model against a table of the training tokens' frequencies (token_counts.json).
+    final = results["final_eval"]
+    assert final["nats_beyond_frequency"] == pytest.approx(final["frequency_loss_at_mask"] - final["loss_at_mask"],
+                                                           abs=1e-3)
+    assert 0 < final["accuracy_at_mask"] and 0 < final["frequency_accuracy_at_mask"]
     assert results["final_eval"]["loss"] < results["step_0_eval"]["loss"] - 1
     assert "| masked_accuracy |" in (model_dir / "README.md").read_text()
     assert list((model_dir / "logs" / "eval").glob("events.out.tfevents.*"))
