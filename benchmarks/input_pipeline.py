@@ -4,15 +4,17 @@
 The pipeline is run_mlm.make_dataset, as training uses it: read the shards (8 files at a time), shuffle in a
 buffer of 10,000 samples, batch, parse, mask (with the gathered head's masked positions). It runs on this
 machine's CPU cores and feeds nothing: batches are pulled by a TensorFlow loop, with no Python per batch, after a
-warm-up that fills the shuffle buffer. Shards come from WikiText-2 train, written by prepare_tfrecord_shards.py at
-each sequence length; lengths are measured in turn, round after round, so that a busy machine disturbs them alike.
+warm-up that fills the shuffle buffer. Shards come from the corpus (--train_file: WikiText-2 train), written by
+prepare_tfrecord_shards.py at each sequence length; lengths are measured in turn, round after round, so that a busy
+machine disturbs them alike.
 
 The second table is what a TPU would consume training RoBERTa-base, at its published peak: samples/s = peak
 FLOP/s / training FLOPs per sample (common.training_flops_per_sample, with the LM head at the default
 --max_predictions_per_seq positions, or at every position). A real run reaches a fraction of peak, so these are
 upper bounds: the input pipeline must deliver at least that much, per host.
 
-    python benchmarks/input_pipeline.py
+    python benchmarks/input_pipeline.py      # the slice of WikiText-2 train in tests/data: a quick check only
+    python benchmarks/input_pipeline.py --train_file ../shared/data/wikitext-2-v1/train.txt   # the README's figures
 """
 
 import argparse
@@ -23,8 +25,8 @@ import sys
 import tempfile
 import time
 
-from common import (REPO, SPECIAL_TOKEN_IDS, WIKITEXT, describe_machine, load_average, median, print_table,
-                    training_flops_per_sample)
+from common import (DEFAULT_TRAIN_FILE, REPO, SPECIAL_TOKEN_IDS, TRAIN_FILE_HELP, describe_machine, load_average,
+                    median, print_table, training_flops_per_sample)
 
 import tensorflow as tf  # noqa: E402  (after common, which quiets TensorFlow)
 from transformers import RobertaConfig  # noqa: E402
@@ -38,7 +40,7 @@ TPU_PEAK_FLOPS = {"TPU v3-8": 4 * 123e12, "TPU v4-8": 4 * 275e12}
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--train_file", default=str(WIKITEXT / "train.txt"), help="Corpus (default: %(default)s).")
+    parser.add_argument("--train_file", default=str(DEFAULT_TRAIN_FILE), help=TRAIN_FILE_HELP)
     parser.add_argument("--tokenizer", help="Tokenizer folder (default: train one of 10,000 tokens on the corpus).")
     parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512],
                         help="Sequence lengths (default: %(default)s).")
@@ -106,7 +108,7 @@ def main():
 
     print(f"Machine: {describe_machine()}; TensorFlow {tf.__version__}; load average during the run "
           f"{min(loads):.1f} to {max(loads):.1f}")
-    print(f"Pipeline: run_mlm.make_dataset(training=True), WikiText-2 train shards, batches of {args.batch_size}, "
+    print(f"Pipeline: run_mlm.make_dataset(training=True), shards of {args.train_file}, batches of {args.batch_size}, "
           f"shuffle buffer 10,000, masking 15 %; {args.batches} batches timed, median of {args.rounds} rounds\n")
     print_table(["length", "samples/s", "range", "tokens/s"],
                 [[length, f"{median(s):,.0f}", f"{min(s):,.0f} to {max(s):,.0f}", f"{median(s) * length:,.0f}"]

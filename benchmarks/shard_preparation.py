@@ -12,10 +12,13 @@ Measured in one run, round after round, so that whatever else loads the machine 
 
 And where the time goes: each stage of the script timed alone, one after the other, in every round.
 
-    python benchmarks/shard_preparation.py                      # WikiText-2 train, a 10k tokenizer trained on it
+    python benchmarks/shard_preparation.py      # the slice of WikiText-2 train in tests/data: a quick check only
+    # The README's figures: all of WikiText-2 train, a 10k tokenizer trained on it (see --help for the file).
+    python benchmarks/shard_preparation.py --train_file ../shared/data/wikitext-2-v1/train.txt
     # Against the version before this benchmark (TensorFlow, 🤗 Datasets, tf.train.Example per sample):
     mkdir -p /tmp/old && for f in prepare_tfrecord_shards.py utils.py; do git show ae96b08:$f > /tmp/old/$f; done
-    python benchmarks/shard_preparation.py --baseline_script /tmp/old/prepare_tfrecord_shards.py
+    python benchmarks/shard_preparation.py --train_file ../shared/data/wikitext-2-v1/train.txt \
+        --baseline_script /tmp/old/prepare_tfrecord_shards.py
 """
 
 import argparse
@@ -28,7 +31,7 @@ import time
 
 import numpy as np
 
-from common import REPO, WIKITEXT, describe_machine, load_average, median, print_table
+from common import DEFAULT_TRAIN_FILE, REPO, TRAIN_FILE_HELP, describe_machine, load_average, median, print_table
 
 import prepare_tfrecord_shards as shards  # noqa: E402  (common puts the repository on the path)
 from utils import iter_text_file_batches  # noqa: E402
@@ -36,7 +39,7 @@ from utils import iter_text_file_batches  # noqa: E402
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--train_file", default=str(WIKITEXT / "train.txt"), help="Corpus (default: %(default)s).")
+    parser.add_argument("--train_file", default=str(DEFAULT_TRAIN_FILE), help=TRAIN_FILE_HELP)
     parser.add_argument("--tokenizer", help="Tokenizer folder (default: train one of 10,000 tokens on the corpus "
                                             "with train_unigram.py, before measuring).")
     parser.add_argument("--max_length", type=int, default=128, help="Tokens per sample (default: %(default)s).")

@@ -1,5 +1,5 @@
 """Shared set-up for the tests: an offline environment, and the expensive artifacts (a tokenizer, a set of shards,
-a tiny model config) built once per session from a slice of the real WikiText-2 in ../shared/data."""
+a tiny model config) built once per session from the slice of the real WikiText-2 in tests/data."""
 
 import os
 import tempfile
@@ -18,9 +18,11 @@ import pytest  # noqa: E402
 
 from helpers import WIKITEXT, run_script  # noqa: E402
 
-# Small enough to keep the suite fast, large enough for dozens of shards.
-TOKENIZER_LINES = 3000
-SHARD_LINES = 1500
+# Lines of tests/data/wikitext-2 read by the fixtures (train.txt has 1,500, validation.txt 500): small enough to keep
+# the suite fast, large enough for a vocabulary of 1,000 and dozens of shards. Both are below the length of train.txt,
+# so --limit cuts it; validation.txt is read whole.
+TOKENIZER_LINES = 1000
+SHARD_LINES = 1400
 MAX_LENGTH = 64
 
 

@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-WIKITEXT = REPO.parent / "shared" / "data" / "wikitext-2-v1"
+# The first lines of WikiText-2 train and validation, shipped in the repository (tests/data/README.md).
+WIKITEXT = REPO / "tests" / "data" / "wikitext-2"
 
 
 def run_script(script, *args, expect_failure=False, env=None, timeout=600, prefix=()):

@@ -83,8 +83,9 @@ def objects(gcs, bucket, prefix):
 def test_whole_pipeline_on_cloud_storage(gcs, tiny_config_dir, tmp_path):
     bucket = gcs.create_bucket("pipeline")
     env = gcs.env()
-    upload_lines(bucket, "data/train.txt", WIKITEXT / "train.txt", 3000, tmp_path / "train.txt")
-    upload_lines(bucket, "data/validation.txt", WIKITEXT / "validation.txt", 1000, tmp_path / "validation.txt")
+    # All of the shipped slice: enough for two shards of 500 samples in each split.
+    upload_lines(bucket, "data/train.txt", WIKITEXT / "train.txt", 1500, tmp_path / "train.txt")
+    upload_lines(bucket, "data/validation.txt", WIKITEXT / "validation.txt", 500, tmp_path / "validation.txt")
     bucket.blob("config/config.json").upload_from_filename(str(tiny_config_dir / "config.json"))
 
     # Step 1: text from gs://, tokenizer to gs://.
