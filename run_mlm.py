@@ -45,6 +45,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import signal
 import sys
@@ -296,8 +297,7 @@ MANIFEST_FIELDS = ("max_length", "vocab_size", "shards")
 
 def read_manifest(manifest_path):
     """The manifest at `manifest_path`, or SystemExit when it is not valid JSON or lacks a field this script reads."""
-    advice = ("Write the shards again with prepare_tfrecord_shards.py (with --overwrite); a manifest is never "
-              "edited by hand.")
+    advice = "Write the shards again with prepare_tfrecord_shards.py (with --overwrite)."
     try:
         with tf.io.gfile.GFile(manifest_path) as f:
             manifest = json.load(f)
@@ -318,9 +318,12 @@ def read_manifest(manifest_path):
 def refuse_shards_of_the_wrong_size(files, listed, manifest_path):
     """Stops when a shard's size differs from the one the manifest records (one stat per shard): a truncated copy,
     or a shard replaced by another. Older manifests record no sizes: their shards are checked when read."""
-    wrong = [f"{file} ({size} bytes, {listed[os.path.basename(file)]['num_bytes']} expected)"
-             for file in files if "num_bytes" in listed[os.path.basename(file)]
-             for size in [tf.io.gfile.stat(file).length] if size != listed[os.path.basename(file)]["num_bytes"]]
+    wrong = []
+    for file in files:
+        expected = listed[os.path.basename(file)].get("num_bytes")
+        size = tf.io.gfile.stat(file).length if expected is not None else None
+        if size != expected:
+            wrong.append(f"{file} ({size} bytes, {expected} expected)")
     if wrong:
         raise SystemExit(f"error: {len(wrong)} shard(s) do not have the size that {manifest_path!r} records, so "
                          f"they are truncated or damaged (an interrupted copy?): {', '.join(wrong)}. Copy the "
@@ -346,13 +349,15 @@ def refuse_another_vocabulary(path, manifest, tokenizer, tokenizer_name):
 
 
 def damaged_shards(files):
-    """The files among `files` that TensorFlow cannot read to the end (bad checksum, truncated record)."""
+    """The files among `files` that TensorFlow cannot read to the end, each with where and why (a bad checksum:
+    "corrupted record at BYTE"; a cut-off file: "truncated record at BYTE")."""
     damaged = []
     for file in files:
         try:
             tf.data.TFRecordDataset(file).reduce(0, lambda count, _: count + 1)  # Reads every record, in C++.
-        except tf.errors.DataLossError:
-            damaged.append(file)
+        except tf.errors.DataLossError as err:
+            reason = re.search(r"(corrupted|truncated) record at \d+", err.message)
+            damaged.append(f"{file} ({reason.group(0) if reason else 'unreadable'})")
     return damaged
 
 
@@ -362,14 +367,14 @@ def damaged_shards_named(files):
     names the damaged shards among `files`, found by reading them all again (on this error path only)."""
     try:
         yield
-    except tf.errors.DataLossError as err:
+    except tf.errors.DataLossError:
         damaged = damaged_shards(files)
         if not damaged:
             raise
         raise SystemExit(
-            f"error: {len(damaged)} shard(s) cannot be read, they are damaged or truncated: {', '.join(damaged)} "
-            f"(TensorFlow: {err.message.splitlines()[0]}). Copy the shards again, or write them again with "
-            "prepare_tfrecord_shards.py (with --overwrite).") from None
+            f"error: {len(damaged)} shard(s) cannot be read, they are damaged or truncated: {', '.join(damaged)}. "
+            "Copy the shards again, or write them again with prepare_tfrecord_shards.py (with --overwrite)."
+        ) from None
 
 
 def batches_per_host(sizes, num_hosts, batch_size):
