@@ -853,7 +853,7 @@ def main():
     finished_at = None if args.overwrite or not tf.io.gfile.isdir(args.output_dir) \
         else saved_model_step(args.output_dir)
     if finished_at is not None and finished_at >= plan.total_steps:
-        logger.info("The run in %s is already complete: it trained for %d steps%s and saved the model there. "
+        logger.info("The run in %s is already complete at step %d%s, and its model is saved there. "
                     "Nothing to do. To train longer, raise --max_steps or --num_epochs; to start over, pass "
                     "--overwrite.", args.output_dir, finished_at,
                     f" (this command asks for {plan.total_steps})" if finished_at > plan.total_steps else "")

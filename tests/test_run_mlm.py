@@ -269,8 +269,8 @@ def test_running_a_finished_run_again_says_it_is_complete(train_args, tmp_path):
     run_script("run_mlm.py", *args)
     saved = (tmp_path / "model" / "tf_model.h5").stat().st_mtime_ns
     result = run_script("run_mlm.py", *args)  # Exits with 0.
-    assert f"The run in {tmp_path / 'model'} is already complete: it trained for 4 steps and saved the model " \
-           "there. Nothing to do." in result.stderr
+    assert f"The run in {tmp_path / 'model'} is already complete at step 4, and its model is saved there. " \
+           "Nothing to do." in result.stderr
     assert "Model:" not in result.stderr and (tmp_path / "model" / "tf_model.h5").stat().st_mtime_ns == saved
     # Asked for more steps, it resumes from the last checkpoint.
     result = run_script("run_mlm.py", *train_args, "--max_steps", 6, "--eval_every_steps", 2)
