@@ -3,7 +3,10 @@
 - Reading a text corpus (train_unigram.py and prepare_tfrecord_shards.py): from the Hugging Face Hub, from local
   or gs:// text files, or from local JSON-lines / Parquet files, streamed so that a corpus larger than memory is
   never loaded whole.
-- The shard file name (prepare_tfrecord_shards.py writes it, run_mlm.py reads sample counts back from it).
+- The shard file name (prepare_tfrecord_shards.py writes it, run_mlm.py reads sample counts back from it), the
+  marker of a split folder still being written, and the fingerprint of a tokenizer's vocabulary that the manifest
+  records and run_mlm.py checks.
+- Loading a tokenizer with AutoTokenizer, with a clear error for a folder that does not exist.
 - Guarding an output folder against being overwritten by accident.
 - Google Cloud Storage: checking a gs:// path before any long work, and copying the folders that 🤗 libraries
   read or write on local disk only (tokenizers, configs, saved models) from and to gs://.
