@@ -13,6 +13,7 @@ and their tokens, whatever the size of the corpus and of the shards: samples go 
 
 On-disk format, per split folder:
 
+    INCOMPLETE                               written first, deleted once the manifest is written
     dataset-{index}-{num_samples}.tfrecord   index = 0, 1, 2, ...; num_samples = records in the file
     token_counts.json                        how many times each token id occurs in the samples, a JSON list
     manifest.json                            written last, once every shard is complete
@@ -22,8 +23,11 @@ Each record is a serialized tf.train.Example with two int64 features, each a lis
     attention_mask  all ones (samples are never padded); kept so that readers of the original format work
 
 A shard is written under a temporary name (".tfrecord.tmp" suffix) and renamed once complete, so a file named
-*.tfrecord is never half-written. The manifest holds: split, max_length, num_samples, num_tokens, dropped_tokens,
-tokenizer, vocab_size, and shards (a list of {"file", "num_samples"}).
+*.tfrecord is never half-written; a split folder that still holds INCOMPLETE (or *.tfrecord.tmp files) was left by
+an interrupted run, and run_mlm.py refuses it. The manifest holds: split, max_length, num_samples, num_tokens,
+dropped_tokens, tokenizer, vocab_size, vocabulary_fingerprint (a hash of every token and its id, which run_mlm.py
+compares with its tokenizer's), and shards (a list of {"file", "num_samples", "num_bytes"}; run_mlm.py checks the
+sizes, so that a truncated shard is found before training).
 
 Speed: the tokenizer sets the pace (benchmarks/shard_preparation.py measures it). It tokenizes on all cores, in
 a background thread, while the main thread serializes and writes the samples of the previous batch. For text
@@ -58,8 +62,9 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from utils import (MANIFEST_NAME, SHARD_NAME, TOKEN_COUNTS_NAME, add_corpus_arguments, check_gcs_path,
-                   check_output_dir, is_gcs_path, local_copy, text_batches)
+from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, SHARD_NAME, TOKEN_COUNTS_NAME, add_corpus_arguments,
+                   check_gcs_path, check_output_dir, is_gcs_path, load_auto_tokenizer, local_copy, text_batches,
+                   vocabulary_fingerprint)
 
 logger = logging.getLogger("prepare_tfrecord_shards")
 
@@ -109,9 +114,9 @@ def load_tokenizer(name_or_path):
     it is: loading that file directly gives the same tokens without importing 🤗 Transformers. Anything else (a
     Hub id, a model-specific tokenizer class that may adjust its tokenizer when loaded) goes through AutoTokenizer.
     """
-    name_or_path = local_copy(name_or_path)
-    tokenizer_file = os.path.join(name_or_path, "tokenizer.json")
-    config_file = os.path.join(name_or_path, "tokenizer_config.json")
+    local_path = local_copy(name_or_path)
+    tokenizer_file = os.path.join(local_path, "tokenizer.json")
+    config_file = os.path.join(local_path, "tokenizer_config.json")
     if os.path.isfile(tokenizer_file) and os.path.isfile(config_file):
         with open(config_file, encoding="utf-8") as f:
             config = json.load(f)
@@ -121,9 +126,7 @@ def load_tokenizer(name_or_path):
             tokenizer = Tokenizer.from_file(tokenizer_file)
             return tokenizer, tokenizer.get_vocab_size(with_added_tokens=True)
 
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    tokenizer = load_auto_tokenizer(local_path, name_or_path, "--tokenizer_name_or_path")
     if not tokenizer.is_fast:
         raise SystemExit(f"error: {name_or_path!r} has no fast (🤗 Tokenizers) version; "
                          "train one with train_unigram.py.")
@@ -307,6 +310,13 @@ def rename(source, destination):
         os.replace(source, destination)
 
 
+def remove(path):
+    if is_gcs_path(path):
+        gfile().remove(path)
+    else:
+        os.remove(path)
+
+
 def recreate_folder(path):
     """Makes `path` an empty folder, deleting what it held."""
     if is_gcs_path(path):
@@ -334,15 +344,18 @@ class ShardWriter:
         self.serialize = RecordSerializer(max_length)
         self.file = None  # The open shard, if any, and its number of samples so far.
         self.num_in_file = 0
-        self.shards = []  # {"file", "num_samples"} of every complete shard, in order.
+        self.bytes_in_file = 0
+        self.shards = []  # {"file", "num_samples", "num_bytes"} of every complete shard, in order.
 
     def add(self, samples):
         while len(samples):
             if self.file is None:
                 self.file = open_for_writing(self._temporary_path())
             count = min(len(samples), self.shard_size - self.num_in_file, self.CHUNK_SIZE)
-            self.file.write(self.serialize(samples[:count]))
+            records = self.serialize(samples[:count])
+            self.file.write(records)
             self.num_in_file += count
+            self.bytes_in_file += len(records)
             samples = samples[count:]
             if self.num_in_file == self.shard_size:
                 self._finish_shard()
@@ -358,14 +371,19 @@ class ShardWriter:
         self.file.close()
         name = SHARD_NAME.format(index=len(self.shards), num_samples=self.num_in_file)
         rename(self._temporary_path(), os.path.join(self.split_dir, name))
-        self.shards.append({"file": name, "num_samples": self.num_in_file})
-        self.file, self.num_in_file = None, 0
+        self.shards.append({"file": name, "num_samples": self.num_in_file, "num_bytes": self.bytes_in_file})
+        self.file, self.num_in_file, self.bytes_in_file = None, 0, 0
 
 
 def write_split(split, batches, tokenizer, vocab_size, args):
     """Tokenizes one split (an iterator of batches of texts), writes its shards and manifest; returns the manifest."""
     split_dir = os.path.join(args.output_dir, split)
     recreate_folder(split_dir)  # Only holds files with --overwrite: replace this split's old shards.
+    # Until the manifest is written, the folder says that it holds part of the split at most (see run_mlm.py).
+    marker_path = os.path.join(split_dir, INCOMPLETE_MARKER_NAME)
+    with open_for_writing(marker_path, "w") as f:
+        f.write("prepare_tfrecord_shards.py has not finished writing this split: if it is not running, it was "
+                "interrupted, and these shards are not the whole split. Run it again (with --overwrite).\n")
 
     writer = ShardWriter(split_dir, args.shard_size, args.max_length)
     leftover = np.zeros(0, dtype=np.int64)  # Tokens that do not fill a sample yet; they begin the next one.
@@ -399,6 +417,7 @@ def write_split(split, batches, tokenizer, vocab_size, args):
         "num_texts": num_texts,
         "tokenizer": args.tokenizer_name_or_path,
         "vocab_size": vocab_size,
+        "vocabulary_fingerprint": vocabulary_fingerprint(tokenizer),
         "shards": writer.shards,
     }
     with open_for_writing(os.path.join(split_dir, TOKEN_COUNTS_NAME), "w") as f:
@@ -407,6 +426,7 @@ def write_split(split, batches, tokenizer, vocab_size, args):
     with open_for_writing(manifest_path + ".tmp", "w") as f:
         json.dump(manifest, f, indent=2)
     rename(manifest_path + ".tmp", manifest_path)
+    remove(marker_path)
     return manifest
 
 

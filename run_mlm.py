@@ -40,11 +40,13 @@ Example (a small model on a CPU):
 """
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
 import math
 import os
+import re
 import shutil
 import signal
 import sys
@@ -56,11 +58,12 @@ import tensorflow as tf
 # 🤗 Transformers' TF models are Keras 2 models. Since TensorFlow 2.16, Keras 2 is the separate tf-keras package,
 # and `tf.keras` is Keras 3: every Keras object here must come from tf_keras.
 import tf_keras as keras
-from transformers import AutoConfig, AutoTokenizer, TFAutoModelForMaskedLM, create_optimizer
+from transformers import AutoConfig, TFAutoModelForMaskedLM, create_optimizer
 
-from utils import (MANIFEST_NAME, SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME, add_hardware_arguments, check_gcs_path,
-                   choose_strategy, count_hosts, host_addresses, is_gcs_path, local_copy, push_folder_to_hub,
-                   split_cpu, strategy_name, upload_to_gcs)
+from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME,
+                   add_hardware_arguments, check_gcs_path, choose_strategy, count_hosts, host_addresses, is_gcs_path,
+                   load_auto_tokenizer, local_copy, push_folder_to_hub, split_cpu, strategy_name, upload_to_gcs,
+                   vocabulary_fingerprint)
 
 logger = logging.getLogger("run_mlm")
 
@@ -165,35 +168,48 @@ def parse_args():
 # Data
 
 
-def find_shards(path, max_length):
-    """The shard files of a folder or glob, with the number of samples in each, checked against max_length.
+def find_shards(path, max_length, tokenizer=None, tokenizer_name=None):
+    """The shard files of a folder or glob, with the number of samples in each, checked against max_length and,
+    when given, the `tokenizer` that the user named `tokenizer_name`.
 
     Counts come from the folder's manifest.json (written by prepare_tfrecord_shards.py) or, for shards made by
-    the original Transformers example, from the file names (dataset-{index}-{num_samples}.tfrecord).
+    the original Transformers example, from the file names (dataset-{index}-{num_samples}.tfrecord). Every check
+    here reads the manifest or the file list, and at most one record: cheap, before anything is built.
     """
-    pattern = os.path.join(path, "*.tfrecord") if tf.io.gfile.isdir(path) else path
-    files = sorted(tf.io.gfile.glob(pattern))
+    is_folder = tf.io.gfile.isdir(path)
+    files = sorted(tf.io.gfile.glob(os.path.join(path, "*.tfrecord") if is_folder else path))
+    folder = os.path.dirname(files[0]) if files else path if is_folder else None
+    manifest_path = folder and os.path.join(folder, MANIFEST_NAME)
+    has_manifest = folder is not None and tf.io.gfile.exists(manifest_path)
+    if folder is not None and not has_manifest:
+        refuse_interrupted_split(folder)
     if not files:
         raise SystemExit(f"error: no .tfrecord shard found at {path!r}. Check the path, or write shards there "
                          "with prepare_tfrecord_shards.py.")
-    manifest_path = os.path.join(os.path.dirname(files[0]), MANIFEST_NAME)
-    if tf.io.gfile.exists(manifest_path):
-        with tf.io.gfile.GFile(manifest_path) as f:
-            manifest = json.load(f)
-        counts = {shard["file"]: shard["num_samples"] for shard in manifest["shards"]}
-        unlisted = [file for file in files if os.path.basename(file) not in counts]
+    if has_manifest:
+        manifest = read_manifest(manifest_path)
+        listed = {shard["file"]: shard for shard in manifest["shards"]}
+        unlisted = [file for file in files if os.path.basename(file) not in listed]
         if unlisted:
             raise SystemExit(f"error: {unlisted[0]!r} is not listed in {manifest_path!r}: the folder mixes shards "
                              "of different runs. Write the shards again into an empty folder.")
-        sizes = [counts[os.path.basename(file)] for file in files]
+        sizes = [listed[os.path.basename(file)]["num_samples"] for file in files]
         shard_max_length = manifest["max_length"]
+        refuse_shards_of_the_wrong_size(files, listed, manifest_path)
+        if tokenizer is not None:
+            refuse_another_vocabulary(path, manifest, tokenizer, tokenizer_name)
     else:
+        logger.warning("The shards at %r have no %s, so this script cannot check that they are the whole split, "
+                       "nor that they were written with the tokenizer --tokenizer names (shards of the original "
+                       "Transformers example have none). Shards written by prepare_tfrecord_shards.py always "
+                       "have one: write them again with it to have these checks.", path, MANIFEST_NAME)
         matches = [SHARD_NAME_PATTERN.search(os.path.basename(file)) for file in files]
         if not all(matches):
             raise SystemExit(f"error: cannot count the samples of the shards at {path!r}: there is no "
                              f"{MANIFEST_NAME}, and not every file is named dataset-INDEX-NUM_SAMPLES.tfrecord.")
         sizes = [int(match.group(2)) for match in matches]
-        first_record = next(iter(tf.data.TFRecordDataset(files[0]).take(1))).numpy()
+        with damaged_shards_named(files[:1]):
+            first_record = next(iter(tf.data.TFRecordDataset(files[0]).take(1))).numpy()
         shard_max_length = len(tf.train.Example.FromString(first_record).features.feature["input_ids"].int64_list.value)
     if shard_max_length != max_length:
         raise SystemExit(f"error: the shards at {path!r} hold samples of {shard_max_length} tokens, but "
@@ -239,6 +255,104 @@ def read_frequency_table(files, tokenizer):
                          f"{len(tokenizer)}: the shards were written with another tokenizer. Pass the tokenizer "
                          "they were written with, or write the shards again.")
     return frequency_log_probs(token_counts, tokenizer.all_special_ids)
+
+
+def refuse_interrupted_split(folder):
+    """Stops when `folder` (which has no manifest) holds what an interrupted prepare_tfrecord_shards.py leaves:
+    its INCOMPLETE marker, or a shard still under its temporary name. Shards there are only part of the split."""
+    leftovers = [name for name in (INCOMPLETE_MARKER_NAME, "*.tfrecord.tmp")
+                 if tf.io.gfile.glob(os.path.join(folder, name))]
+    if leftovers:
+        raise SystemExit(
+            f"error: the shards at {folder!r} are incomplete: prepare_tfrecord_shards.py was interrupted while "
+            f"writing them (the folder holds {' and '.join(leftovers)}, and no {MANIFEST_NAME}). Run "
+            "prepare_tfrecord_shards.py again, with --overwrite, and let it finish.")
+
+
+# The fields of a manifest that this script reads: every prepare_tfrecord_shards.py writes them.
+MANIFEST_FIELDS = ("max_length", "vocab_size", "shards")
+
+
+def read_manifest(manifest_path):
+    """The manifest at `manifest_path`, or SystemExit when it is not valid JSON or lacks a field this script reads."""
+    advice = "Write the shards again with prepare_tfrecord_shards.py (with --overwrite)."
+    try:
+        with tf.io.gfile.GFile(manifest_path) as f:
+            manifest = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise SystemExit(f"error: {manifest_path!r} is not valid JSON ({err}): it is damaged. {advice}") from None
+    if not isinstance(manifest, dict):
+        raise SystemExit(f"error: {manifest_path!r} is not a manifest of prepare_tfrecord_shards.py (a JSON object "
+                         f"is expected). {advice}")
+    missing = [field for field in MANIFEST_FIELDS if field not in manifest]
+    if not missing and isinstance(manifest["shards"], list):
+        missing = sorted({f"shards[].{field}" for shard in manifest["shards"] for field in ("file", "num_samples")
+                          if not isinstance(shard, dict) or field not in shard})
+    if missing:
+        raise SystemExit(f"error: {manifest_path!r} lacks the field(s) {', '.join(missing)}. {advice}")
+    return manifest
+
+
+def refuse_shards_of_the_wrong_size(files, listed, manifest_path):
+    """Stops when a shard's size differs from the one the manifest records (one stat per shard): a truncated copy,
+    or a shard replaced by another. Older manifests record no sizes: their shards are checked when read."""
+    wrong = []
+    for file in files:
+        expected = listed[os.path.basename(file)].get("num_bytes")
+        size = tf.io.gfile.stat(file).length if expected is not None else None
+        if size != expected:
+            wrong.append(f"{file} ({size} bytes, {expected} expected)")
+    if wrong:
+        raise SystemExit(f"error: {len(wrong)} shard(s) do not have the size that {manifest_path!r} records, so "
+                         f"they are truncated or damaged (an interrupted copy?): {', '.join(wrong)}. Copy the "
+                         "shards again, or write them again with prepare_tfrecord_shards.py (with --overwrite).")
+
+
+def refuse_another_vocabulary(path, manifest, tokenizer, tokenizer_name):
+    """Stops when the shards were written with another vocabulary than `tokenizer`'s: their ids would mean other
+    tokens, or lie beyond the embedding table (on a TPU such ids are silently read as zeros; elsewhere the loss
+    becomes NaN). Older manifests have no fingerprint: the vocabulary size is compared then."""
+    fingerprint = manifest.get("vocabulary_fingerprint")
+    if manifest["vocab_size"] == len(tokenizer) and fingerprint in (
+            None, vocabulary_fingerprint(tokenizer.backend_tokenizer)):
+        return
+    difference = (f"a vocabulary of {manifest['vocab_size']} tokens, but --tokenizer {tokenizer_name!r} has "
+                  f"{len(tokenizer)}" if manifest["vocab_size"] != len(tokenizer) else
+                  f"a vocabulary of the same size as that of --tokenizer {tokenizer_name!r}, but other tokens")
+    raise SystemExit(
+        f"error: the shards at {path!r} were written with the tokenizer {manifest.get('tokenizer')!r}, "
+        f"{difference}: their token ids mean other tokens for this model. Pass the tokenizer the shards were "
+        f"written with (--tokenizer {manifest.get('tokenizer')}), or write the shards again with this one "
+        f"(prepare_tfrecord_shards.py --tokenizer_name_or_path {tokenizer_name} --overwrite ...).")
+
+
+def damaged_shards(files):
+    """The files among `files` that TensorFlow cannot read to the end, each with where and why (a bad checksum:
+    "corrupted record at BYTE"; a cut-off file: "truncated record at BYTE")."""
+    damaged = []
+    for file in files:
+        try:
+            tf.data.TFRecordDataset(file).reduce(0, lambda count, _: count + 1)  # Reads every record, in C++.
+        except tf.errors.DataLossError as err:
+            reason = re.search(r"(corrupted|truncated) record at \d+", err.message)
+            damaged.append(f"{file} ({reason.group(0) if reason else 'unreadable'})")
+    return damaged
+
+
+@contextlib.contextmanager
+def damaged_shards_named(files):
+    """Turns TensorFlow's DataLossError, raised deep inside fit or evaluate without a file name, into an error that
+    names the damaged shards among `files`, found by reading them all again (on this error path only)."""
+    try:
+        yield
+    except tf.errors.DataLossError:
+        damaged = damaged_shards(files)
+        if not damaged:
+            raise
+        raise SystemExit(
+            f"error: {len(damaged)} shard(s) cannot be read, they are damaged or truncated: {', '.join(damaged)}. "
+            "Copy the shards again, or write them again with prepare_tfrecord_shards.py (with --overwrite)."
+        ) from None
 
 
 def batches_per_host(sizes, num_hosts, batch_size):
@@ -695,6 +809,9 @@ def check_output_dir(args):
     """Refuses an output folder holding files of something else; on --overwrite, clears an earlier run's state."""
     if not tf.io.gfile.exists(args.output_dir):
         return
+    if not tf.io.gfile.isdir(args.output_dir):
+        raise SystemExit(f"error: --output_dir {args.output_dir!r} is a file, not a folder. Choose another "
+                         "--output_dir (a folder, which is created if it does not exist).")
     if args.overwrite:
         for name in RUN_STATE:
             path = os.path.join(args.output_dir, name)
@@ -702,10 +819,23 @@ def check_output_dir(args):
                 tf.io.gfile.rmtree(path)
             elif tf.io.gfile.exists(path):
                 tf.io.gfile.remove(path)
-    elif set(tf.io.gfile.listdir(args.output_dir)) - {*RUN_STATE, *(name + "/" for name in RUN_STATE)}:
+    elif set(tf.io.gfile.listdir(args.output_dir)) - {*RUN_STATE, *(name + "/" for name in RUN_STATE)} \
+            and saved_model_step(args.output_dir) is None:  # The other files are the model this script saved.
         raise SystemExit(f"error: the output folder {args.output_dir!r} holds files that are not a checkpoint of "
                          "this script to resume from. Choose another --output_dir, or pass --overwrite to start over "
                          "there.")
+
+
+def saved_model_step(output_dir):
+    """The step at which this script last saved the model into `output_dir`, or None if it never did."""
+    results_path = os.path.join(output_dir, "training_results.json")
+    if not tf.io.gfile.exists(results_path):
+        return None
+    with tf.io.gfile.GFile(results_path) as f:
+        try:
+            return json.load(f).get("saved_model_step")
+        except (json.JSONDecodeError, AttributeError):  # Not this script's file: the caller refuses the folder.
+            return None
 
 
 def main():
@@ -721,12 +851,13 @@ def main():
     keras.utils.set_random_seed(args.seed)
 
     # Check the data and the config before building anything, so that mistakes cost seconds, not minutes.
-    tokenizer = AutoTokenizer.from_pretrained(local_copy(args.tokenizer))
+    tokenizer = load_auto_tokenizer(local_copy(args.tokenizer), args.tokenizer, "--tokenizer")
     if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
         raise SystemExit(f"error: the tokenizer {args.tokenizer!r} has no mask or pad token; "
                          "train one with train_unigram.py.")
-    train_files, train_sizes = find_shards(args.train_dataset, args.max_length)
-    eval_files, eval_sizes = find_shards(args.eval_dataset, args.max_length) if args.eval_dataset else (None, None)
+    train_files, train_sizes = find_shards(args.train_dataset, args.max_length, tokenizer, args.tokenizer)
+    eval_files, eval_sizes = find_shards(args.eval_dataset, args.max_length, tokenizer, args.tokenizer) \
+        if args.eval_dataset else (None, None)
     config = load_config(args, tokenizer)
 
     # One host (the chief) writes checkpoints, logs and the model; the others take part in saving checkpoints
@@ -752,6 +883,16 @@ def main():
                 else "every position")
 
     checkpoint_dir = os.path.join(args.output_dir, "checkpoints")
+    # Running the same command again is how an interrupted run resumes: once the run is complete, it has nothing
+    # left to do. A larger --max_steps or --num_epochs resumes it from its last checkpoint instead.
+    finished_at = None if args.overwrite or not tf.io.gfile.isdir(args.output_dir) \
+        else saved_model_step(args.output_dir)
+    if finished_at is not None and finished_at >= plan.total_steps:
+        logger.info("The run in %s is already complete at step %d%s, and its model is saved there. "
+                    "Nothing to do. To train longer, raise --max_steps or --num_epochs; to start over, pass "
+                    "--overwrite.", args.output_dir, finished_at,
+                    f" (this command asks for {plan.total_steps})" if finished_at > plan.total_steps else "")
+        return
     if is_chief:
         check_output_dir(args)
     with strategy.scope():
@@ -802,7 +943,9 @@ def main():
                                     schedule)
     checkpointing = Checkpointing(manager, args.checkpoint_every_steps, start_step=step)
     if step == 0 and eval_files:
-        results["step_0_eval"] = trainer.evaluate(eval_data(), steps=plan.eval_steps, return_dict=True, verbose=0)
+        with damaged_shards_named(eval_files):
+            results["step_0_eval"] = trainer.evaluate(eval_data(), steps=plan.eval_steps, return_dict=True,
+                                                      verbose=0)
         tensorboard.write("eval", results["step_0_eval"], 0)
         logger.info("Evaluation before training: %s", format_metrics(results["step_0_eval"]))
         save_results()
@@ -824,12 +967,13 @@ def main():
         # the masks that the interrupted run began with.
         logger.info("Steps %d to %d of %d, in %d round(s) of %d steps, each ending with an evaluation", first + 1,
                     first + round_steps * num_rounds, plan.total_steps, num_rounds, round_steps)
-        trainer.fit(
-            distributed(train_files, args.seed + first, plan.batch_per_replica_step, training=True,
-                        shuffle_buffer_size=args.shuffle_buffer_size),
-            initial_epoch=first // plan.eval_every, epochs=first // plan.eval_every + num_rounds,
-            steps_per_epoch=round_steps, validation_data=eval_data() if eval_files else None,
-            validation_steps=plan.eval_steps, callbacks=callbacks, verbose=1 if sys.stdout.isatty() else 2)
+        with damaged_shards_named(train_files + (eval_files or [])):
+            trainer.fit(
+                distributed(train_files, args.seed + first, plan.batch_per_replica_step, training=True,
+                            shuffle_buffer_size=args.shuffle_buffer_size),
+                initial_epoch=first // plan.eval_every, epochs=first // plan.eval_every + num_rounds,
+                steps_per_epoch=round_steps, validation_data=eval_data() if eval_files else None,
+                validation_steps=plan.eval_steps, callbacks=callbacks, verbose=1 if sys.stdout.isatty() else 2)
     step = int(optimizer.iterations.numpy())
 
     if checkpointing.diverged_at_step is not None:
@@ -867,6 +1011,8 @@ def main():
     write_model_card(local_dir, args, results)
     if local_dir != args.output_dir:
         upload_to_gcs(local_dir, args.output_dir)
+    results["saved_model_step"] = step  # Written last: a re-run of the same command then knows it has finished.
+    save_results()
     logger.info("Model, tokenizer and model card saved to %s", args.output_dir)
     if args.hub_model_id:
         url = push_folder_to_hub(local_dir, args.hub_model_id, f"Pre-trained for {step} steps",

@@ -3,7 +3,10 @@
 - Reading a text corpus (train_unigram.py and prepare_tfrecord_shards.py): from the Hugging Face Hub, from local
   or gs:// text files, or from local JSON-lines / Parquet files, streamed so that a corpus larger than memory is
   never loaded whole.
-- The shard file name (prepare_tfrecord_shards.py writes it, run_mlm.py reads sample counts back from it).
+- The shard file name (prepare_tfrecord_shards.py writes it, run_mlm.py reads sample counts back from it), the
+  marker of a split folder still being written, and the fingerprint of a tokenizer's vocabulary that the manifest
+  records and run_mlm.py checks.
+- Loading a tokenizer with AutoTokenizer, with a clear error for a folder that does not exist.
 - Guarding an output folder against being overwritten by accident.
 - Google Cloud Storage: checking a gs:// path before any long work, and copying the folders that 🤗 libraries
   read or write on local disk only (tokenizers, configs, saved models) from and to gs://.
@@ -20,6 +23,8 @@ import atexit
 import collections
 import functools
 import glob
+import hashlib
+import json
 import logging
 import mmap
 import os
@@ -37,6 +42,11 @@ MANIFEST_NAME = "manifest.json"
 # How many times each token id occurs in a split's samples: a JSON list indexed by token id. run_mlm.py scores its
 # model against the best constant predictor, a table of the training tokens' frequencies.
 TOKEN_COUNTS_NAME = "token_counts.json"
+
+
+# prepare_tfrecord_shards.py writes this file into a split folder before its first shard and deletes it after the
+# manifest: a folder that still has it was left by an interrupted run, and holds only part of the split.
+INCOMPLETE_MARKER_NAME = "INCOMPLETE"
 
 # Which 🤗 Datasets builder reads a local file, by its extension.
 FILE_BUILDERS = {".txt": "text", ".text": "text", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
@@ -306,17 +316,49 @@ def iter_text_file_batches(paths, batch_size, limit=None):
     batch, num_read = [], 0
     for path in paths:
         with open_text(path) as f:
-            for line in f:
-                if limit is not None and num_read == limit:
-                    break
-                num_read += 1
-                if not line.isspace():  # An empty line is its "\n" alone: whitespace too.
-                    batch.append(line.rstrip("\n"))
-                    if len(batch) == batch_size:
-                        yield batch
-                        batch = []
+            try:
+                for line in f:
+                    if limit is not None and num_read == limit:
+                        break
+                    num_read += 1
+                    if not line.isspace():  # An empty line is its "\n" alone: whitespace too.
+                        batch.append(line.rstrip("\n"))
+                        if len(batch) == batch_size:
+                            yield batch
+                            batch = []
+            except UnicodeDecodeError as err:
+                raise SystemExit(not_utf8_error(path)) from err
     if batch:
         yield batch
+
+
+def not_utf8_error(path):
+    """The message for a text file that is not valid UTF-8: where its first invalid byte is, and how to convert it.
+
+    The text reader decodes in blocks, so its error does not say where in the file the bad byte is: the file is
+    read again here, in binary, line by line (a UTF-8 character never holds the byte of "\\n", so each line
+    decodes on its own).
+    """
+    if is_gcs_path(path):
+        bucket, name = split_gcs_path(path)
+        f = gcs_client().bucket(bucket).blob(name).open("rb")
+    else:
+        f = open(path, "rb")
+    offset = 0
+    with f:
+        for line_number, line in enumerate(f, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                position = (f"line {line_number}, byte offset {offset + err.start} "
+                            f"(byte 0x{line[err.start]:02x})")
+                break
+            offset += len(line)
+        else:
+            position = "an unknown position"
+    return (f"error: the text file {path!r} is not UTF-8: the first invalid byte is at {position}. The scripts "
+            "read UTF-8 text only. Convert the file first, e.g. from Latin-1: "
+            f"`iconv -f latin1 -t utf-8 {path} > {path}.utf8`, then pass the converted file.")
 
 
 def check_output_dir(path, overwrite):
@@ -327,6 +369,13 @@ def check_output_dir(path, overwrite):
     """
     if is_gcs_path(path):
         bucket, name = split_gcs_path(path)
+        is_file = bool(name.rstrip("/")) and gcs_client().bucket(bucket).blob(name.rstrip("/")).exists()
+    else:
+        is_file = os.path.exists(path) and not os.path.isdir(path)
+    if is_file:
+        raise SystemExit(f"error: --output_dir {path!r} is a file, not a folder. Choose another --output_dir "
+                         "(a folder, which is created if it does not exist).")
+    if is_gcs_path(path):
         is_empty = next(iter(gcs_client().list_blobs(bucket, prefix=folder_prefix(name), max_results=1)),
                         None) is None
     else:
@@ -337,6 +386,43 @@ def check_output_dir(path, overwrite):
         raise SystemExit(f"error: the output folder {path!r} is not empty. Choose another --output_dir, "
                          "or pass --overwrite to replace what this run writes there.")
     return True
+
+
+def load_auto_tokenizer(local_path, name_or_path, flag):
+    """`AutoTokenizer.from_pretrained(local_path)`, where `local_path` is `name_or_path` or its local copy (see
+    local_copy), and `flag` the option that named it; a missing folder or an id that cannot be loaded raises
+    SystemExit saying which, instead of 🤗 Hub's errors about repository ids."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+    from transformers import AutoTokenizer
+
+    if not os.path.isdir(local_path):
+        try:
+            validate_repo_id(local_path)
+        except HFValidationError:  # A path ("/a/b", "./a", "a/b/c"), which cannot be a Hub id.
+            raise SystemExit(
+                f"error: the tokenizer folder {name_or_path!r} ({flag}) does not exist. Check the path, or train "
+                f"a tokenizer there with `python train_unigram.py --output_dir {name_or_path}`.") from None
+    try:
+        return AutoTokenizer.from_pretrained(local_path)
+    except (OSError, ValueError) as err:  # Not found on the Hub, offline, or a folder without tokenizer files.
+        where = ("the folder holds no tokenizer that AutoTokenizer can load" if os.path.isdir(local_path)
+                 else "there is no such local folder, and it could not be loaded from the Hugging Face Hub")
+        raise SystemExit(
+            f"error: cannot load the tokenizer {name_or_path!r} ({flag}): {where}.\n{type(err).__name__}: {err}\n"
+            f"Pass the folder written by train_unigram.py (train one with `python train_unigram.py --output_dir "
+            f"{name_or_path}`), or a Hub tokenizer id while online.") from err
+
+
+def vocabulary_fingerprint(tokenizer):
+    """A hash of a 🤗 Tokenizers tokenizer's vocabulary (every token with its id, added tokens included).
+
+    prepare_tfrecord_shards.py stores it in each manifest, and run_mlm.py compares it with its own tokenizer's:
+    shards and model must agree on what every id means. A Tokenizer loaded from tokenizer.json and the
+    backend_tokenizer of the same folder's AutoTokenizer give the same value.
+    """
+    pairs = sorted(tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda pair: pair[1])
+    return hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()
 
 
 def push_folder_to_hub(folder, repo_id, commit_message, ignore_patterns=None):

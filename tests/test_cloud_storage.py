@@ -193,6 +193,20 @@ def test_missing_object_and_files_read_from_local_disk_only(gcs, tokenizer_dir, 
     assert "JSON-lines and Parquet files are read from local disk only" in result.stderr
 
 
+def test_text_that_is_not_utf8_and_an_output_dir_that_is_a_file_on_cloud_storage(gcs, tmp_path):
+    bucket = gcs.create_bucket("bad-input")
+    bucket.blob("latin1.txt").upload_from_string(b"first line\nun caf\xe9\n")
+    bucket.blob("a-file").upload_from_string(b"not a folder")
+    env = gcs.env()
+    result = run_traced(tmp_path, "train_unigram.py", "--train_file", "gs://bad-input/latin1.txt", "--output_dir",
+                        tmp_path / "tokenizer", env=env, expect_failure=True)
+    assert "'gs://bad-input/latin1.txt' is not UTF-8: the first invalid byte is at line 2, byte offset 17 " \
+           "(byte 0xe9)" in result.stderr and "Traceback" not in result.stderr
+    result = run_traced(tmp_path, "train_unigram.py", "--train_file", WIKITEXT / "validation.txt", "--output_dir",
+                        "gs://bad-input/a-file", env=env, expect_failure=True)
+    assert "error: --output_dir 'gs://bad-input/a-file' is a file, not a folder" in result.stderr
+
+
 def test_outputs_on_cloud_storage_are_not_overwritten_without_asking(gcs, tokenizer_dir, shards_dir,
                                                                      tiny_config_dir, tmp_path):
     bucket = gcs.create_bucket("outputs")

@@ -12,6 +12,7 @@ from transformers import AutoTokenizer
 
 from conftest import MAX_LENGTH, SHARD_LINES
 from helpers import REPO, WIKITEXT, run_script
+from utils import vocabulary_fingerprint
 
 
 def read_shard(path):
@@ -39,7 +40,7 @@ def test_samples_are_the_concatenated_tokens_cut_every_max_length(shards_dir, to
     for shard, listed in zip(shards, manifest["shards"]):
         rows = read_shard(shard)
         assert shard.name == listed["file"] == f"dataset-{shard_index(shard)}-{len(rows)}.tfrecord"
-        assert listed["num_samples"] == len(rows)
+        assert listed["num_samples"] == len(rows) and listed["num_bytes"] == shard.stat().st_size
         assert len(rows) == 100 or shard == shards[-1]  # --shard_size 100; only the last shard is smaller.
         for input_ids, attention_mask in rows:
             assert len(input_ids) == MAX_LENGTH and attention_mask == [1] * MAX_LENGTH
@@ -59,6 +60,8 @@ def test_samples_are_the_concatenated_tokens_cut_every_max_length(shards_dir, to
         "split": split, "max_length": MAX_LENGTH, "num_samples": len(samples) // MAX_LENGTH,
         "num_tokens": len(samples), "dropped_tokens": manifest["dropped_tokens"], "num_texts": len(lines),
         "tokenizer": str(tokenizer_dir), "vocab_size": 1000, "shards": manifest["shards"],
+        # What run_mlm.py computes from its AutoTokenizer: the same value as from the Tokenizer written with.
+        "vocabulary_fingerprint": vocabulary_fingerprint(tokenizer.backend_tokenizer),
     }
 
 
@@ -153,9 +156,9 @@ def test_shard_writer_fills_shards_across_batches_and_chunks(tmp_path, monkeypat
     for start, end in [(0, 1), (1, 14), (14, 20), (20, 23)]:
         writer.add(samples[start:end])
     writer.close()
-    assert writer.shards == [{"file": "dataset-0-10.tfrecord", "num_samples": 10},
-                             {"file": "dataset-1-10.tfrecord", "num_samples": 10},
-                             {"file": "dataset-2-3.tfrecord", "num_samples": 3}]
+    assert [(shard["file"], shard["num_samples"]) for shard in writer.shards] == [
+        ("dataset-0-10.tfrecord", 10), ("dataset-1-10.tfrecord", 10), ("dataset-2-3.tfrecord", 3)]
+    assert all(shard["num_bytes"] == (tmp_path / shard["file"]).stat().st_size for shard in writer.shards)
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(shard["file"] for shard in writer.shards)
     rows = [row for shard in writer.shards for row in read_shard(tmp_path / shard["file"])]
     assert rows == [(list(sample), [1, 1, 1]) for sample in samples.tolist()]
@@ -225,3 +228,34 @@ def test_shards_written_to_cloud_storage_are_those_written_locally(tmp_path, tok
                    if not blob.name.endswith("/")}  # Leave out the objects that stand for folders.
         assert gcs.refused_connects() == []
     assert written == {f"shards/train/{path.name}": path.read_bytes() for path in (tmp_path / "train").iterdir()}
+
+
+def test_text_that_is_not_utf8_is_named_from_the_tokenizing_thread(tmp_path, tokenizer_dir):
+    # The bad byte comes after thousands of good lines, read in the background thread that feeds the tokenizer.
+    good = (WIKITEXT / "validation.txt").read_bytes()
+    (tmp_path / "latin1.txt").write_bytes(good + b"na\xefve\n")
+    result = run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
+                        "--train_file", tmp_path / "latin1.txt", "--output_dir", tmp_path / "out",
+                        expect_failure=True)
+    line = good.count(b"\n") + 1
+    assert f"is not UTF-8: the first invalid byte is at line {line}, byte offset {len(good) + 2} (byte 0xef)" \
+        in result.stderr
+    assert "iconv -f latin1 -t utf-8" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_output_dir_that_is_a_file_and_a_missing_tokenizer_are_named(tmp_path, tokenizer_dir):
+    args = ["--train_file", WIKITEXT / "validation.txt", "--limit", 300, "--max_length", 32]
+    (tmp_path / "out").write_text("a file")
+    file_output = run_script("prepare_tfrecord_shards.py", *args, "--tokenizer_name_or_path", tokenizer_dir,
+                             "--output_dir", tmp_path / "out", expect_failure=True)
+    assert f"error: --output_dir '{tmp_path / 'out'}' is a file, not a folder" in file_output.stderr
+    # A path, which cannot be a Hub id; and a plain name, neither a local folder nor on the (offline) Hub.
+    missing_folder = run_script("prepare_tfrecord_shards.py", *args, "--tokenizer_name_or_path",
+                                tmp_path / "no-tokenizer", "--output_dir", tmp_path / "shards", expect_failure=True)
+    assert f"error: the tokenizer folder '{tmp_path / 'no-tokenizer'}' (--tokenizer_name_or_path) does not " \
+           "exist" in missing_folder.stderr and "train_unigram.py --output_dir" in missing_folder.stderr
+    unknown_name = run_script("prepare_tfrecord_shards.py", *args, "--tokenizer_name_or_path", "no-such-tokenizer",
+                              "--output_dir", tmp_path / "shards", expect_failure=True)
+    assert "error: cannot load the tokenizer 'no-such-tokenizer' (--tokenizer_name_or_path): there is no such " \
+           "local folder, and it could not be loaded from the Hugging Face Hub" in unknown_name.stderr
+    assert not any("Traceback" in result.stderr for result in (file_output, missing_folder, unknown_name))

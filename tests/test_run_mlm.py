@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import MAX_LENGTH
-from helpers import REPO, run_script
+from helpers import REPO, WIKITEXT, run_script
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def train_args(shards_dir, tokenizer_dir, tiny_config_dir, tmp_path):
 def assert_fails_before_building_the_model(result, *messages):
     for message in messages:
         assert message in result.stderr, result.stderr[-3000:]
-    assert "Model:" not in result.stderr
+    assert "Model:" not in result.stderr and "Traceback" not in result.stderr
 
 
 def test_missing_or_empty_dataset(train_args, tmp_path):
@@ -49,6 +49,8 @@ def test_shards_of_the_original_example_have_no_manifest(train_args, shards_dir,
     result = run_script("run_mlm.py", *train_args, "--train_dataset", old_style, "--max_length", 128,
                         expect_failure=True)
     assert_fails_before_building_the_model(result, f"hold samples of {MAX_LENGTH} tokens")
+    assert "WARNING run_mlm: The shards at" in result.stderr and "cannot check that they are the whole split" \
+        in result.stderr
     next(old_style.glob("*.tfrecord")).rename(old_style / "extra.tfrecord")
     result = run_script("run_mlm.py", *train_args, "--train_dataset", old_style, expect_failure=True)
     assert_fails_before_building_the_model(result, "cannot count the samples", "dataset-INDEX-NUM_SAMPLES")
@@ -161,3 +163,121 @@ def test_two_cpu_replicas_with_gradient_accumulation_and_bfloat16(train_args, tm
     results = json.loads((tmp_path / "model" / "training_results.json").read_text())
     assert results["step"] == 6 and results["num_replicas"] == 2 and results["global_batch_size"] == 32
     assert all(0 < value < float("inf") for value in results["final_eval"].values())
+
+
+def test_output_dir_that_is_a_file_and_a_missing_tokenizer_are_named(train_args, tmp_path):
+    (tmp_path / "model").write_text("a file")
+    result = run_script("run_mlm.py", *train_args, expect_failure=True)
+    assert_fails_before_building_the_model(result, f"error: --output_dir '{tmp_path / 'model'}' is a file")
+    (tmp_path / "model").unlink()
+    result = run_script("run_mlm.py", *train_args, "--tokenizer", tmp_path / "no-tokenizer", expect_failure=True)
+    assert_fails_before_building_the_model(
+        result, f"error: the tokenizer folder '{tmp_path / 'no-tokenizer'}' (--tokenizer) does not exist")
+
+
+def copy_split(shards_dir, split, destination, with_manifest=True):
+    ignore = None if with_manifest else shutil.ignore_patterns("manifest.json")
+    shutil.copytree(shards_dir / split, destination, ignore=ignore)
+    return sorted(destination.glob("*.tfrecord"), key=lambda path: int(path.name.split("-")[1]))
+
+
+def test_a_damaged_manifest_is_named(train_args, shards_dir, tmp_path):
+    copy_split(shards_dir, "train", tmp_path / "train")
+    manifest_path = tmp_path / "train" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest_path.write_text(json.dumps(manifest)[:100])  # Cut short.
+    result = run_script("run_mlm.py", *train_args, "--train_dataset", tmp_path / "train", expect_failure=True)
+    assert_fails_before_building_the_model(result, f"error: '{manifest_path}' is not valid JSON",
+                                           "Write the shards again")
+    del manifest["vocab_size"], manifest["shards"][2]["num_samples"]
+    manifest_path.write_text(json.dumps(manifest))
+    result = run_script("run_mlm.py", *train_args, "--train_dataset", tmp_path / "train", expect_failure=True)
+    assert_fails_before_building_the_model(
+        result, f"error: '{manifest_path}' lacks the field(s) vocab_size. Write the shards again")
+
+
+def test_truncated_or_corrupted_shards_are_named(train_args, shards_dir, tmp_path):
+    # With a manifest, a shard of another size is found before anything is built.
+    shards = copy_split(shards_dir, "train", tmp_path / "train")
+    size = shards[2].stat().st_size
+    shards[2].write_bytes(shards[2].read_bytes()[:size // 2])
+    result = run_script("run_mlm.py", *train_args, "--train_dataset", tmp_path / "train", expect_failure=True)
+    assert_fails_before_building_the_model(
+        result, f"1 shard(s) do not have the size that '{tmp_path / 'train' / 'manifest.json'}' records",
+        f"{shards[2]} ({size // 2} bytes, {size} expected)", "write them again with prepare_tfrecord_shards.py")
+
+    # A byte changed in the middle keeps the size: TensorFlow's checksums find it when the shard is read, here in
+    # the evaluation before training; and without a manifest, a truncated shard is found when read by fit.
+    eval_shards = copy_split(shards_dir, "validation", tmp_path / "validation")
+    data = bytearray(eval_shards[0].read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    eval_shards[0].write_bytes(bytes(data))
+    old_style = copy_split(shards_dir, "train", tmp_path / "old", with_manifest=False)
+    old_style[2].write_bytes(old_style[2].read_bytes()[:size // 2])
+    for flags, damaged in ((["--eval_dataset", tmp_path / "validation"], f"{eval_shards[0]} (corrupted record at "),
+                           (["--train_dataset", tmp_path / "old"], f"{old_style[2]} (truncated record at ")):
+        result = run_script("run_mlm.py", *train_args, *flags, "--max_steps", 4, expect_failure=True)
+        assert f"error: 1 shard(s) cannot be read, they are damaged or truncated: {damaged}" in result.stderr, \
+            result.stderr[-3000:]
+        assert "Traceback" not in result.stderr and "Copy the shards again, or write them again" in result.stderr
+
+
+def test_shards_of_another_tokenizer_are_refused(train_args, tokenizer_dir, shards_dir, tmp_path):
+    # Shards of a 1000-token vocabulary, a model of 300: ids beyond the embedding table.
+    small_tokenizer = tmp_path / "small-tokenizer"
+    run_script("train_unigram.py", "--train_file", WIKITEXT / "validation.txt", "--limit", 300,
+               "--vocab_size", 300, "--output_dir", small_tokenizer)
+    result = run_script("run_mlm.py", *train_args, "--tokenizer", small_tokenizer, expect_failure=True)
+    assert_fails_before_building_the_model(
+        result, f"error: the shards at '{shards_dir / 'train'}' were written with the tokenizer '{tokenizer_dir}', "
+                f"a vocabulary of 1000 tokens, but --tokenizer '{small_tokenizer}' has 300",
+        f"--tokenizer {tokenizer_dir}", f"--tokenizer_name_or_path {small_tokenizer}")
+    # The same size but other tokens: the fingerprint tells them apart.
+    copy_split(shards_dir, "train", tmp_path / "train")
+    manifest = json.loads((tmp_path / "train" / "manifest.json").read_text())
+    manifest["vocabulary_fingerprint"] = "0" * 64
+    (tmp_path / "train" / "manifest.json").write_text(json.dumps(manifest))
+    result = run_script("run_mlm.py", *train_args, "--train_dataset", tmp_path / "train", expect_failure=True)
+    assert_fails_before_building_the_model(result, "a vocabulary of the same size as that of --tokenizer",
+                                           "but other tokens")
+
+
+def test_shards_of_an_interrupted_prepare_run_are_refused(train_args, tokenizer_dir, tmp_path):
+    # Enough text that writing its shards takes seconds: the process is killed once its first shard is complete.
+    text = (WIKITEXT / "validation.txt").read_text()
+    (tmp_path / "big.txt").write_text(text * (5_000_000 // len(text) + 1))
+    split_dir = tmp_path / "shards" / "train"
+    command = [sys.executable, str(REPO / "prepare_tfrecord_shards.py"), "--tokenizer_name_or_path",
+               str(tokenizer_dir), "--train_file", str(tmp_path / "big.txt"), "--max_length", str(MAX_LENGTH),
+               "--shard_size", "10", "--output_dir", str(tmp_path / "shards")]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not list(split_dir.glob("*.tfrecord")) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.kill()
+    process.wait()
+    assert (split_dir / "INCOMPLETE").exists() and not (split_dir / "manifest.json").exists()
+
+    result = run_script("run_mlm.py", *train_args, "--train_dataset", split_dir, expect_failure=True)
+    assert_fails_before_building_the_model(
+        result, f"error: the shards at '{split_dir}' are incomplete: prepare_tfrecord_shards.py was interrupted",
+        "Run prepare_tfrecord_shards.py again, with --overwrite")
+    # A shard left under its temporary name tells the same, marker or not.
+    (split_dir / "INCOMPLETE").unlink()
+    (split_dir / "dataset-99999.tfrecord.tmp").write_bytes(b"")
+    result = run_script("run_mlm.py", *train_args, "--train_dataset", split_dir, expect_failure=True)
+    assert_fails_before_building_the_model(result, "(the folder holds *.tfrecord.tmp, and no manifest.json)")
+
+
+def test_running_a_finished_run_again_says_it_is_complete(train_args, tmp_path):
+    args = [*train_args, "--max_steps", 4, "--eval_every_steps", 2]
+    run_script("run_mlm.py", *args)
+    saved = (tmp_path / "model" / "tf_model.h5").stat().st_mtime_ns
+    result = run_script("run_mlm.py", *args)  # Exits with 0.
+    assert f"The run in {tmp_path / 'model'} is already complete at step 4, and its model is saved there. " \
+           "Nothing to do." in result.stderr
+    assert "Model:" not in result.stderr and (tmp_path / "model" / "tf_model.h5").stat().st_mtime_ns == saved
+    # Asked for more steps, it resumes from the last checkpoint.
+    result = run_script("run_mlm.py", *train_args, "--max_steps", 6, "--eval_every_steps", 2)
+    assert f"Resuming from {tmp_path / 'model'}/checkpoints/ckpt-4, at step 4" in result.stderr
+    assert json.loads((tmp_path / "model" / "training_results.json").read_text())["saved_model_step"] == 6

@@ -117,3 +117,21 @@ def test_offline_mode_without_a_cached_dataset_fails_clearly(tmp_path):
     result = run_script("train_unigram.py", "--output_dir", tmp_path / "out", expect_failure=True, timeout=60)
     assert "could not load the dataset 'Salesforce/wikitext'" in result.stderr
     assert "--train_file" in result.stderr
+
+
+def test_text_that_is_not_utf8_is_named_with_the_line_and_offset_of_its_first_bad_byte(tmp_path):
+    # "café" in Latin-1: é is the single byte 0xe9, which cannot stand alone in UTF-8.
+    (tmp_path / "latin1.txt").write_bytes(b"first line\nsecond line\nun caf\xe9 noir\n")
+    result = run_script("train_unigram.py", "--train_file", tmp_path / "latin1.txt", "--output_dir",
+                        tmp_path / "out", expect_failure=True)
+    assert f"error: the text file '{tmp_path / 'latin1.txt'}' is not UTF-8: the first invalid byte is at line 3, " \
+           "byte offset 29 (byte 0xe9)" in result.stderr
+    assert "iconv -f latin1 -t utf-8" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_output_dir_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "out").write_text("a file")
+    result = run_script("train_unigram.py", "--train_file", WIKITEXT / "validation.txt", "--limit", 300,
+                        "--output_dir", tmp_path / "out", expect_failure=True)
+    assert f"error: --output_dir '{tmp_path / 'out'}' is a file, not a folder" in result.stderr
+    assert "Traceback" not in result.stderr and (tmp_path / "out").read_text() == "a file"
