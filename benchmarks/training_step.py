@@ -1,21 +1,29 @@
 #!/usr/bin/env python
-"""Benchmark of run_mlm.py's training step on the CPU: full vs gathered LM head, XLA on vs off, steps_per_execution.
+"""Benchmark of the training step on the CPU: run_mlm.py's trainer (gathered or full LM head) against the original
+Transformers example's path, under each tf.distribute strategy for one device, with XLA on and off.
 
-Every combination runs in a process of its own, as run_mlm.py runs: a MaskedLMTrainer built and compiled as
-run_mlm.py builds it (MirroredStrategy over the CPU, AdamW from create_optimizer) around a RoBERTa model of the
-size given, fed masked batches of random token ids held in memory (the input pipeline is measured by
-input_pipeline.py; here it must cost nothing). The full head's batches carry no "masked_positions", so the
-trainer computes vocabulary logits at every position; the gathered head's carry the default
---max_predictions_per_seq positions.
+What runs the step (--paths):
+    original   the original example's path: the 🤗 TFRobertaForMaskedLM compiled with an optimizer only and fed
+               batches with labels, so that model.fit computes the model's own loss at every position
+    full       run_mlm.py's MaskedLMTrainer, vocabulary logits at every position
+    gathered   run_mlm.py's MaskedLMTrainer as it trains by default, logits at the --max_predictions_per_seq
+               masked positions only
+Under which strategy (--strategies), all on the one device of this machine:
+    default     no strategy: TensorFlow's default one
+    one_device  tf.distribute.OneDeviceStrategy
+    mirrored    tf.distribute.MirroredStrategy over the one CPU device
 
-Each process first runs one execution to trace and compile, then one model.fit call of --steps steps, and times
-every execution of that call but its first, which also pays for fit's own set-up (a second or more, now and
-then several): what is left is the steady pace of a long run, the one that decides accelerator hours. The
-combinations run one after the other, --passes times over, so that anything else loading the machine disturbs
-them alike. FLOPs per sample are counted analytically (common.training_flops_per_sample).
+Every combination runs in a process of its own, as a training script runs: the model and AdamW (create_optimizer)
+built under the strategy, fed masked batches of random token ids held in memory (the input pipeline is measured
+by input_pipeline.py; here it must cost nothing). Each process first runs one execution to trace and compile,
+then one model.fit call of --steps steps, and times every execution of that call but its first, which also pays
+for fit's own set-up (a second or more, now and then several): what is left is the steady pace of a long run, the
+one that decides accelerator hours. The combinations run one after the other, --passes times over, so that
+anything else loading the machine disturbs them alike. FLOPs per sample are counted analytically
+(common.training_flops_per_sample).
 
     python benchmarks/training_step.py
-    python benchmarks/training_step.py --hidden 128 --layers 2 --steps_per_execution 1 --jit_compile on
+    python benchmarks/training_step.py --hidden 128 --layers 2 --heads 2 --intermediate 512 --vocab 8000
 """
 
 import argparse
@@ -34,7 +42,8 @@ from transformers import RobertaConfig, TFAutoModelForMaskedLM, create_optimizer
 
 from run_mlm import MaskedLMTrainer, default_max_predictions, mask_tokens  # noqa: E402
 
-HEADS = ("full", "gathered")
+PATHS = ("original", "full", "gathered")
+STRATEGIES = ("default", "one_device", "mirrored")
 
 
 def parse_args():
@@ -50,14 +59,18 @@ def parse_args():
     parser.add_argument("--steps", type=int, default=24,
                         help="Steps of the timed fit call, a multiple of every --steps_per_execution value and at "
                              "least 3 executions of the largest (default: %(default)s).")
-    parser.add_argument("--steps_per_execution", type=int, nargs="+", default=[1, 8],
-                        help="Values to compare (default: %(default)s).")
-    parser.add_argument("--jit_compile", choices=["on", "off"], nargs="+", default=["on", "off"],
+    parser.add_argument("--paths", choices=PATHS, nargs="+", default=list(PATHS),
+                        help="What runs the step (default: %(default)s).")
+    parser.add_argument("--strategies", choices=STRATEGIES, nargs="+", default=list(STRATEGIES),
+                        help="Strategies to compare (default: %(default)s).")
+    parser.add_argument("--jit_compile", choices=["on", "off"], nargs="+", default=["off", "on"],
                         help="XLA settings to compare (default: %(default)s).")
+    parser.add_argument("--steps_per_execution", type=int, nargs="+", default=[1],
+                        help="Values to compare (default: %(default)s).")
     parser.add_argument("--passes", type=int, default=2,
                         help="Times every combination is measured, in a new process each time (default: "
                              "%(default)s).")
-    parser.add_argument("--only", help=argparse.SUPPRESS)  # HEAD,JIT,STEPS_PER_EXECUTION: one measurement.
+    parser.add_argument("--only", help=argparse.SUPPRESS)  # PATH,STRATEGY,JIT,STEPS_PER_EXECUTION: one measurement.
     args = parser.parse_args()
     if any(args.steps % value or args.steps < 3 * value for value in args.steps_per_execution):
         parser.error("--steps must be a multiple of every --steps_per_execution value, and at least 3 times it.")
@@ -92,27 +105,38 @@ class ExecutionTimer(keras.callbacks.Callback):
         self.times.append((time.perf_counter(), time.process_time()))
 
 
-def measure(args, head, jit, steps_per_execution):
-    """Builds one trainer, compiles it, times its steady steps; returns the figures as a dict."""
+def make_strategy(name):
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "one_device":
+        return tf.distribute.OneDeviceStrategy(tf.config.list_logical_devices("CPU")[0].name)
+    return tf.distribute.MirroredStrategy([device.name for device in tf.config.list_logical_devices("CPU")])
+
+
+def measure(args, path, strategy_name, jit, steps_per_execution):
+    """Builds one model, compiles it, times its steady steps; returns the figures as a dict."""
     keras.utils.set_random_seed(0)
     config = RobertaConfig(vocab_size=args.vocab, hidden_size=args.hidden, num_hidden_layers=args.layers,
                            num_attention_heads=args.heads, intermediate_size=args.intermediate,
                            max_position_embeddings=args.length + 2)
-    strategy = tf.distribute.MirroredStrategy([device.name for device in tf.config.list_logical_devices("CPU")])
     start = time.perf_counter()
-    with strategy.scope():
+    with make_strategy(strategy_name).scope():
         mlm = TFAutoModelForMaskedLM.from_config(config)
         mlm.build_in_name_scope()
         optimizer, _ = create_optimizer(init_lr=1e-4, num_train_steps=10**6, num_warmup_steps=100,
                                         weight_decay_rate=1e-3)
-        trainer = MaskedLMTrainer(mlm, mask_token_id=4, jit_compile=jit == "on")
-        trainer.compile(optimizer=optimizer, steps_per_execution=steps_per_execution)
-    data = masked_batches(args, default_max_predictions(0.15, args.length) if head == "gathered" else 0)
-    trainer.fit(data, steps_per_epoch=steps_per_execution, verbose=0)  # Tracing and XLA compilation.
+        if path == "original":  # No loss given: the 🤗 model computes its own from the labels in the batch.
+            model = mlm
+            model.compile(optimizer=optimizer, jit_compile=jit == "on", steps_per_execution=steps_per_execution)
+        else:
+            model = MaskedLMTrainer(mlm, mask_token_id=4, jit_compile=jit == "on")
+            model.compile(optimizer=optimizer, steps_per_execution=steps_per_execution)
+    data = masked_batches(args, default_max_predictions(0.15, args.length) if path == "gathered" else 0)
+    model.fit(data, steps_per_epoch=steps_per_execution, verbose=0)  # Tracing and XLA compilation.
     compile_seconds = time.perf_counter() - start
 
     timer = ExecutionTimer()
-    trainer.fit(data, steps_per_epoch=args.steps, verbose=0, callbacks=[timer])
+    model.fit(data, steps_per_epoch=args.steps, verbose=0, callbacks=[timer])
     (first_wall, first_cpu), (last_wall, last_cpu) = timer.times[0], timer.times[-1]
     return {"step_seconds": [(end[0] - begin[0]) / steps_per_execution
                              for begin, end in zip(timer.times, timer.times[1:])],
@@ -120,9 +144,9 @@ def measure(args, head, jit, steps_per_execution):
             "compile_seconds": compile_seconds, "parameters": mlm.count_params()}
 
 
-def measure_in_new_process(head, jit, steps_per_execution):
+def measure_in_new_process(combination):
     """Runs this script with --only in a child process; returns its figures, or {"error": last line of stderr}."""
-    command = [sys.executable, __file__, *sys.argv[1:], "--only", f"{head},{jit},{steps_per_execution}"]
+    command = [sys.executable, __file__, *sys.argv[1:], "--only", ",".join(map(str, combination))]
     child = subprocess.run(command, capture_output=True, text=True)
     if child.returncode:
         return {"error": (child.stderr.strip().splitlines() or [f"exit status {child.returncode}"])[-1]}
@@ -132,30 +156,28 @@ def measure_in_new_process(head, jit, steps_per_execution):
 def main():
     args = parse_args()
     if args.only:
-        head, jit, steps_per_execution = args.only.split(",")
-        print(json.dumps(measure(args, head, jit, int(steps_per_execution))))
+        path, strategy_name, jit, steps_per_execution = args.only.split(",")
+        print(json.dumps(measure(args, path, strategy_name, jit, int(steps_per_execution))))
         return
 
-    # In this order, the two heads of a setting are measured one right after the other.
-    combinations = [(head, jit, steps_per_execution) for steps_per_execution, jit, head
-                    in itertools.product(args.steps_per_execution, args.jit_compile, HEADS)]
+    # In this order, the settings of one path are measured one right after the other.
+    combinations = list(itertools.product(args.paths, args.strategies, args.jit_compile, args.steps_per_execution))
     results = {combination: [] for combination in combinations}
     loads = [load_average()]
     for pass_number in range(args.passes):
-        for head, jit, steps_per_execution in combinations:
-            result = measure_in_new_process(head, jit, steps_per_execution)
-            results[head, jit, steps_per_execution].append(result)
+        for combination in combinations:
+            result = measure_in_new_process(combination)
+            results[combination].append(result)
             loads.append(load_average())
             figures = (result["error"] if "error" in result else
                        f"{args.batch_size / median(result['step_seconds']):.1f} samples/s, "
                        f"{result['busy_cores']:.2f} busy cores, compiled in {result['compile_seconds']:.0f} s")
-            print(f"pass {pass_number + 1}: {head} head, jit_compile {jit}, steps_per_execution "
-                  f"{steps_per_execution}: {figures}", file=sys.stderr)
+            print(f"pass {pass_number + 1}: {', '.join(map(str, combination))}: {figures}", file=sys.stderr)
 
     gathered_positions = default_max_predictions(0.15, args.length)
-    flops = {head: training_flops_per_sample(args.hidden, args.layers, args.intermediate, args.vocab, args.length,
-                                             gathered_positions if head == "gathered" else args.length)
-             for head in HEADS}
+    flops = {path: training_flops_per_sample(args.hidden, args.layers, args.intermediate, args.vocab, args.length,
+                                             gathered_positions if path == "gathered" else args.length)
+             for path in PATHS}
     parameters = next((result["parameters"] for runs in results.values() for result in runs
                        if "parameters" in result), 0)
     print(f"Machine: {describe_machine()}; TensorFlow {tf.__version__}; load average during the run "
@@ -165,26 +187,27 @@ def main():
           f"{args.length}, batch {args.batch_size}, float32; gathered head at {gathered_positions} positions; "
           f"{args.passes} passes, each a new process per combination timing {args.steps} steps\n")
 
-    def samples_per_second(runs):  # Over every timed execution of every pass.
+    def samples_per_second(runs):  # Over every timed execution of every pass; None if any failed.
+        if not runs or any("error" in run for run in runs):
+            return None
         return args.batch_size / median([seconds for run in runs for seconds in run["step_seconds"]])
 
     rows = []
-    for head, jit, steps_per_execution in combinations:
-        row = [head, jit, steps_per_execution, f"{flops[head] / 1e9:.2f}"]
-        runs = results[head, jit, steps_per_execution]
-        errors = [run["error"] for run in runs if "error" in run]
-        if errors:
-            rows.append(row + [f"fails: {errors[0]}", "", "", "", ""])
-            continue
+    for combination in combinations:
+        path, strategy_name, jit, steps_per_execution = combination
+        runs = results[combination]
+        row = [path, strategy_name, jit, steps_per_execution, f"{flops[path] / 1e9:.2f}"]
         speed = samples_per_second(runs)
-        per_pass = [samples_per_second([run]) for run in runs]
-        full_runs = results["full", jit, steps_per_execution]
-        ratio = "" if any("error" in run for run in full_runs) else f"{speed / samples_per_second(full_runs):.2f}"
-        rows.append(row + [f"{speed:.1f}", " / ".join(f"{value:.1f}" for value in per_pass),
+        if speed is None:
+            rows.append(row + [f"fails: {next(run['error'] for run in runs if 'error' in run)}", "", "", "", ""])
+            continue
+        # The original example's own settings: no strategy, no XLA.
+        original = samples_per_second(results.get(("original", "default", "off", steps_per_execution), []))
+        rows.append(row + [f"{speed:.1f}", " / ".join(f"{samples_per_second([run]):.1f}" for run in runs),
                            " / ".join(f"{run['busy_cores']:.2f}" for run in runs),
-                           f"{speed * flops[head] / 1e9:.0f}", ratio])
-    print_table(["LM head", "jit_compile", "steps_per_execution", "GFLOP/sample", "samples/s", "each pass",
-                 "busy cores", "GFLOP/s", "x full head"], rows)
+                           f"{speed * flops[path] / 1e9:.0f}", f"{speed / original:.2f}" if original else ""])
+    print_table(["path", "strategy", "jit_compile", "steps_per_execution", "GFLOP/sample", "samples/s", "each pass",
+                 "busy cores", "GFLOP/s", "x original"], rows)
 
 
 if __name__ == "__main__":
