@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -162,7 +163,10 @@ def test_two_cpu_replicas_with_gradient_accumulation_and_bfloat16(train_args, tm
            "accumulation steps); XLA on; bfloat16 mixed precision" in result.stderr
     results = json.loads((tmp_path / "model" / "training_results.json").read_text())
     assert results["step"] == 6 and results["num_replicas"] == 2 and results["global_batch_size"] == 32
-    assert all(0 < value < float("inf") for value in results["final_eval"].values())
+    final = results["final_eval"]
+    assert all(np.isfinite(value) for value in final.values())
+    # All are positive, but the difference of two losses: after 6 steps, likely below 0.
+    assert all(value > 0 for name, value in final.items() if name != "nats_beyond_frequency")
 
 
 def test_output_dir_that_is_a_file_and_a_missing_tokenizer_are_named(train_args, tmp_path):
