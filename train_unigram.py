@@ -3,8 +3,8 @@
 
 A model pre-trained from scratch gets a vocabulary fitted to its own corpus. This script streams the texts of
 one split (the Hub's WikiText-103 by default, or text files, local or gs://, or local JSON-lines / Parquet files),
-skips empty and whitespace-only records, trains a Unigram model (the SentencePiece algorithm) with 🤗 Tokenizers,
-and saves the result to --output_dir, where `AutoTokenizer.from_pretrained(output_dir)` loads it offline. A gs://
+skips empty and whitespace-only records, trains a Unigram model with SentencePiece's own trainer, converts it to
+a 🤗 Tokenizers model, and saves the result to --output_dir, where `AutoTokenizer.from_pretrained(output_dir)` loads it offline. A gs://
 --output_dir receives a copy of the saved folder (and step 2 and 3 read the tokenizer from there).
 
 The special tokens follow RoBERTa's layout, so that a RobertaConfig, the masking step of run_mlm.py and the
@@ -19,17 +19,28 @@ The special tokens follow RoBERTa's layout, so that a RobertaConfig, the masking
 The post-processor wraps every encoded text as `<s> text </s>` (a pair as `<s> A </s></s> B </s>`), so each
 document in the concatenated training stream of step 2 is delimited.
 
+Why SentencePiece's trainer and not 🤗 Tokenizers' UnigramTrainer: the latter picks its seed pieces by counting
+substrings in the list of *distinct* words, each written once, not in the text. A frequent word such as "and" or ","
+is then as rare as any other word, and a word that is no part of another one ("▁,", "▁.") occurs once, so it never
+becomes a seed and never a token: on WikiText-2 with 8,000 tokens, "▁a", "▁and", "▁,", "▁." all cost two tokens,
+"▁" + word. SentencePiece counts substrings in the sentences themselves. benchmarks/tokenizer_quality.py compares
+the two.
+
 Example:
     python train_unigram.py --train_file data/train.txt --vocab_size 8000 --output_dir unigram-tokenizer
 """
 
 import argparse
+import io
+import itertools
 import logging
+import os
 import shutil
 import tempfile
 import time
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+import sentencepiece as spm
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
 from utils import (add_corpus_arguments, check_gcs_path, check_output_dir, is_gcs_path, push_folder_to_hub,
@@ -42,6 +53,7 @@ logger = logging.getLogger("train_unigram")
 SPECIAL_TOKENS = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>",
                   "unk_token": AddedToken("<unk>", lstrip=True, special=True),
                   "mask_token": AddedToken("<mask>", lstrip=True, special=True)}
+UNK_ID = 3
 
 
 def parse_args():
@@ -74,12 +86,70 @@ def parse_args():
     return args
 
 
-def build_tokenizer():
-    """An untrained Unigram tokenizer: NFKC normalization, and "▁" marking where words begin (Metaspace)."""
-    tokenizer = Tokenizer(models.Unigram())
-    tokenizer.normalizer = normalizers.NFKC()
+# SentencePiece skips sentences longer than its max_sentence_length (in bytes). Longer texts are cut at a space into
+# chunks of at most this many characters (4 bytes each at most in UTF-8): no piece spans a space, so the cut loses
+# nothing.
+MAX_CHUNK_CHARS = 4096
+
+
+def build_tokenizer(vocab=None):
+    """A Unigram tokenizer (untrained without `vocab`, a list of (piece, log probability) with the special tokens
+    first): NFKC normalization, spaces at the ends dropped and runs of spaces made one, and "▁" marking where words
+    begin (Metaspace). The trimmed spaces are what SentencePiece trains on; without the trim a trailing space would
+    become a token "▁" of its own."""
+    tokenizer = Tokenizer(models.Unigram(vocab, unk_id=UNK_ID if vocab else None))
+    tokenizer.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Strip(),
+                                                 normalizers.Replace(Regex(" {2,}"), " ")])
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
     tokenizer.decoder = decoders.Metaspace()
+    return tokenizer
+
+
+def sentencepiece_chunks(texts, normalizer):
+    """The texts as SentencePiece is to see them: normalized as the 🤗 tokenizer will normalize them, and cut at
+    spaces into chunks of at most MAX_CHUNK_CHARS characters."""
+    for text in texts:
+        text = normalizer.normalize_str(text)
+        while len(text) > MAX_CHUNK_CHARS:
+            cut = text.rfind(" ", 0, MAX_CHUNK_CHARS + 1)
+            cut = cut if cut > 0 else MAX_CHUNK_CHARS  # A single 4096-character "word" is cut where it must be.
+            yield text[:cut]
+            text = text[cut:].lstrip(" ")
+        if text:
+            yield text
+
+
+def train_tokenizer(texts, vocab_size, num_threads=None):
+    """Trains a Unigram model with SentencePiece on an iterable of texts; returns it as a 🤗 `Tokenizer` with the
+    special tokens of SPECIAL_TOKENS at ids 0 to 4 (post-processor not yet added).
+
+    SentencePiece reads every text into memory before training (the input is streamed in, not kept twice).
+    """
+    tokenizer = build_tokenizer()
+    names = [str(token) for token in SPECIAL_TOKENS.values()]  # In id order: <s>, <pad>, </s>, <unk>, <mask>.
+    bos, pad, eos, unk, mask = names
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=sentencepiece_chunks(texts, tokenizer.normalizer), model_writer=model,
+        model_type="unigram", vocab_size=vocab_size,
+        # The special tokens at the ids of the module docstring; <mask> is a control symbol: never in a piece.
+        bos_id=0, pad_id=1, eos_id=2, unk_id=UNK_ID, bos_piece=bos, pad_piece=pad, eos_piece=eos, unk_piece=unk,
+        control_symbols=[mask],
+        # The texts come normalized by the 🤗 normalizer, the one that runs at encoding time: no second one.
+        normalization_rule_name="identity", remove_extra_whitespaces=False,
+        # Every character of the corpus gets a token, as 🤗 Tokenizers' trainer did (SentencePiece's default, 0.9995,
+        # leaves the rarest characters to <unk>).
+        character_coverage=1.0,
+        max_sentence_length=4 * MAX_CHUNK_CHARS,
+        # A small corpus may hold fewer pieces than asked for: fewer tokens then, not an error.
+        hard_vocab_limit=False,
+        num_threads=num_threads or os.cpu_count(), minloglevel=1)
+    processor = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    vocab = [(processor.id_to_piece(i), processor.get_score(i)) for i in range(processor.get_piece_size())]
+    assert [piece for piece, _ in vocab[:len(names)]] == names, vocab[:len(names)]
+    tokenizer = build_tokenizer(vocab)
+    # The special tokens keep their ids (they are in the vocabulary already) and are matched before the model runs.
+    tokenizer.add_special_tokens(list(SPECIAL_TOKENS.values()))
     return tokenizer
 
 
@@ -107,24 +177,23 @@ def main():
                           dataset_name=args.dataset_name, dataset_config=args.dataset_config, splits=[args.split],
                           trust_remote_code=args.trust_remote_code, text_column=args.text_column,
                           batch_size=args.batch_size, limit=args.limit)
-    batches = next(iter(corpus.values()))  # The one split asked for: "train" of the files, or --split.
+    batches = iter(next(iter(corpus.values())))  # The one split asked for: "train" of the files, or --split.
+    # Read the first batch now: a wrong column or an input with no text fails here, before SentencePiece starts.
+    first = next(batches, None)
+    if first is None:
+        raise SystemExit("error: the input holds no text (every record is empty or whitespace). "
+                         "Check --train_file / --dataset_name and --text_column.")
 
     texts_seen = 0
 
     def texts():
         nonlocal texts_seen
-        for batch in batches:
+        for batch in itertools.chain([first], batches):
             texts_seen += len(batch)
-            yield batch
+            yield from batch
 
-    tokenizer = build_tokenizer()
-    # Special tokens listed first get the first ids, in this order: the layout in the module docstring.
-    trainer = trainers.UnigramTrainer(vocab_size=args.vocab_size, special_tokens=list(SPECIAL_TOKENS.values()),
-                                      unk_token=str(SPECIAL_TOKENS["unk_token"]), show_progress=True)
-    tokenizer.train_from_iterator(texts(), trainer=trainer)
-    if texts_seen == 0:
-        raise SystemExit("error: the input holds no text (every record is empty or whitespace). "
-                         "Check --train_file / --dataset_name and --text_column.")
+    logger.info("Training a Unigram model of %d tokens with SentencePiece", args.vocab_size)
+    tokenizer = train_tokenizer(texts(), args.vocab_size)
     add_post_processor(tokenizer)
 
     fast_tokenizer = PreTrainedTokenizerFast(
