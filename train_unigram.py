@@ -66,6 +66,10 @@ def parse_args():
                            "(.json/.jsonl) or Parquet files, to train on instead of the Hub dataset.")
     parser.add_argument("--vocab_size", type=int, default=10_000,
                         help="Size of the vocabulary, special tokens included (default: %(default)s).")
+    parser.add_argument("--sample_size", type=int, default=0,
+                        help="Train on a random sample of this many texts (texts longer than 4,096 characters count "
+                             "as several), read from the whole input: SentencePiece holds what it trains on in "
+                             "memory, about 20 times its size. Default: all of them.")
     parser.add_argument("--model_max_length", type=int, default=512,
                         help="Longest sequence the model will accept, stored in the tokenizer "
                              "(default: %(default)s, RoBERTa's).")
@@ -119,11 +123,12 @@ def sentencepiece_chunks(texts, normalizer):
             yield text
 
 
-def train_tokenizer(texts, vocab_size, num_threads=None):
+def train_tokenizer(texts, vocab_size, sample_size=0, num_threads=None):
     """Trains a Unigram model with SentencePiece on an iterable of texts; returns it as a 🤗 `Tokenizer` with the
     special tokens of SPECIAL_TOKENS at ids 0 to 4 (post-processor not yet added).
 
-    SentencePiece reads every text into memory before training (the input is streamed in, not kept twice).
+    SentencePiece keeps the texts it trains on in memory: all of them, or a random sample of `sample_size` (of
+    the chunks of sentencepiece_chunks) drawn while the texts stream through.
     """
     tokenizer = build_tokenizer()
     names = [str(token) for token in SPECIAL_TOKENS.values()]  # In id order: <s>, <pad>, </s>, <unk>, <mask>.
@@ -140,7 +145,7 @@ def train_tokenizer(texts, vocab_size, num_threads=None):
         # Every character of the corpus gets a token, as 🤗 Tokenizers' trainer did (SentencePiece's default, 0.9995,
         # leaves the rarest characters to <unk>).
         character_coverage=1.0,
-        max_sentence_length=4 * MAX_CHUNK_CHARS,
+        max_sentence_length=4 * MAX_CHUNK_CHARS, input_sentence_size=sample_size, shuffle_input_sentence=True,
         # A small corpus may hold fewer pieces than asked for: fewer tokens then, not an error.
         hard_vocab_limit=False,
         num_threads=num_threads or os.cpu_count(), minloglevel=1)
@@ -193,7 +198,7 @@ def main():
             yield from batch
 
     logger.info("Training a Unigram model of %d tokens with SentencePiece", args.vocab_size)
-    tokenizer = train_tokenizer(texts(), args.vocab_size)
+    tokenizer = train_tokenizer(texts(), args.vocab_size, args.sample_size)
     add_post_processor(tokenizer)
 
     fast_tokenizer = PreTrainedTokenizerFast(

@@ -36,6 +36,13 @@ def test_encoding_wraps_text_and_keeps_special_tokens_whole(tokenizer_dir):
     assert tokenizer.decode(ids, skip_special_tokens=True).split() == ["The", "game", "was", "in", "."]
 
 
+def test_spaces_at_the_ends_and_runs_of_spaces_do_not_make_tokens(tokenizer_dir):
+    # SentencePiece trains on text with these spaces removed, so the tokenizer removes them too: otherwise the
+    # trailing space of every WikiText line would become a token "▁" of its own.
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    assert tokenizer.tokenize("  The game   was  played . ") == tokenizer.tokenize("The game was played .")
+
+
 def test_wikitext_slice_skips_empty_lines(tokenizer_dir):
     # The fixture read TOKENIZER_LINES lines; the saved tokenizer must not have seen the blank ones.
     lines = (WIKITEXT / "train.txt").read_text().split("\n")[:TOKENIZER_LINES]
