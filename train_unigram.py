@@ -123,19 +123,17 @@ def sentencepiece_chunks(texts, normalizer):
             yield text
 
 
-def train_tokenizer(texts, vocab_size, sample_size=0, num_threads=None):
-    """Trains a Unigram model with SentencePiece on an iterable of texts; returns it as a 🤗 `Tokenizer` with the
-    special tokens of SPECIAL_TOKENS at ids 0 to 4 (post-processor not yet added).
+def train_sentencepiece(texts, vocab_size, normalizer, sample_size=0, num_threads=None):
+    """Trains a Unigram model with SentencePiece on an iterable of texts, normalized first by `normalizer`; returns
+    the serialized model, with the special tokens of SPECIAL_TOKENS at ids 0 to 4.
 
     SentencePiece keeps the texts it trains on in memory: all of them, or a random sample of `sample_size` (of
     the chunks of sentencepiece_chunks) drawn while the texts stream through.
     """
-    tokenizer = build_tokenizer()
-    names = [str(token) for token in SPECIAL_TOKENS.values()]  # In id order: <s>, <pad>, </s>, <unk>, <mask>.
-    bos, pad, eos, unk, mask = names
+    bos, pad, eos, unk, mask = (str(token) for token in SPECIAL_TOKENS.values())
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=sentencepiece_chunks(texts, tokenizer.normalizer), model_writer=model,
+        sentence_iterator=sentencepiece_chunks(texts, normalizer), model_writer=model,
         model_type="unigram", vocab_size=vocab_size,
         # The special tokens at the ids of the module docstring; <mask> is a control symbol: never in a piece.
         bos_id=0, pad_id=1, eos_id=2, unk_id=UNK_ID, bos_piece=bos, pad_piece=pad, eos_piece=eos, unk_piece=unk,
@@ -149,13 +147,26 @@ def train_tokenizer(texts, vocab_size, sample_size=0, num_threads=None):
         # A small corpus may hold fewer pieces than asked for: fewer tokens then, not an error.
         hard_vocab_limit=False,
         num_threads=num_threads or os.cpu_count(), minloglevel=1)
-    processor = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    return model.getvalue()
+
+
+def tokenizer_from_sentencepiece(model):
+    """The 🤗 `Tokenizer` that encodes as the serialized SentencePiece `model` does (post-processor not yet added):
+    the same pieces, ids and scores in a 🤗 Unigram model, behind build_tokenizer's normalizer and pre-tokenizer."""
+    processor = spm.SentencePieceProcessor(model_proto=model)
     vocab = [(processor.id_to_piece(i), processor.get_score(i)) for i in range(processor.get_piece_size())]
+    names = [str(token) for token in SPECIAL_TOKENS.values()]
     assert [piece for piece, _ in vocab[:len(names)]] == names, vocab[:len(names)]
     tokenizer = build_tokenizer(vocab)
     # The special tokens keep their ids (they are in the vocabulary already) and are matched before the model runs.
     tokenizer.add_special_tokens(list(SPECIAL_TOKENS.values()))
     return tokenizer
+
+
+def train_tokenizer(texts, vocab_size, sample_size=0, num_threads=None):
+    """Trains a Unigram model with SentencePiece on an iterable of texts; returns it as a 🤗 `Tokenizer`."""
+    model = train_sentencepiece(texts, vocab_size, build_tokenizer().normalizer, sample_size, num_threads)
+    return tokenizer_from_sentencepiece(model)
 
 
 def add_post_processor(tokenizer):
