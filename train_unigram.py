@@ -3,9 +3,10 @@
 
 A model pre-trained from scratch gets a vocabulary fitted to its own corpus. This script streams the texts of
 one split (the Hub's WikiText-103 by default, or text files, local or gs://, or local JSON-lines / Parquet files),
-skips empty and whitespace-only records, trains a Unigram model with SentencePiece's own trainer, converts it to
-a 🤗 Tokenizers model, and saves the result to --output_dir, where `AutoTokenizer.from_pretrained(output_dir)` loads it offline. A gs://
---output_dir receives a copy of the saved folder (and step 2 and 3 read the tokenizer from there).
+skips empty and whitespace-only records, trains a Unigram model with SentencePiece's own trainer, converts it to a
+🤗 Tokenizers model, and saves the result to --output_dir, where `AutoTokenizer.from_pretrained(output_dir)` loads
+it offline. A gs:// --output_dir receives a copy of the saved folder (and step 2 and 3 read the tokenizer from
+there).
 
 The special tokens follow RoBERTa's layout, so that a RobertaConfig, the masking step of run_mlm.py and the
 `fill-mask` pipeline all agree without extra settings:
@@ -20,11 +21,11 @@ The post-processor wraps every encoded text as `<s> text </s>` (a pair as `<s> A
 document in the concatenated training stream of step 2 is delimited.
 
 Why SentencePiece's trainer and not 🤗 Tokenizers' UnigramTrainer: the latter picks its seed pieces by counting
-substrings in the list of *distinct* words, each written once, not in the text. A frequent word such as "and" or ","
-is then as rare as any other word, and a word that is no part of another one ("▁,", "▁.") occurs once, so it never
-becomes a seed and never a token: on WikiText-2 with 8,000 tokens, "▁a", "▁and", "▁,", "▁." all cost two tokens,
-"▁" + word. SentencePiece counts substrings in the sentences themselves. benchmarks/tokenizer_quality.py compares
-the two.
+substrings over the list of distinct words, each written once, not over the text, so how often a word occurs does
+not count. In WikiText-2, "and" and "," are each one distinct word that starts no other one: "▁and" and "▁," occur
+once in what it counts, are never seeds and never tokens, whatever its settings. Trained there with 8,000 tokens,
+it lacks "▁a" and "▁." too, and each of these words costs two tokens, "▁" + word. SentencePiece counts substrings in
+the text itself. benchmarks/tokenizer_quality.py compares the two.
 
 Example:
     python train_unigram.py --train_file data/train.txt --vocab_size 8000 --output_dir unigram-tokenizer
@@ -85,6 +86,8 @@ def parse_args():
     args = parser.parse_args()
     if args.push_to_hub and not args.hub_model_id:
         parser.error("--push_to_hub needs --hub_model_id (for example your-name/unigram-wikitext).")
+    if args.sample_size < 0:
+        parser.error("--sample_size must be 0 (all texts) or more.")
     if args.vocab_size <= len(SPECIAL_TOKENS):
         parser.error(f"--vocab_size must be larger than the {len(SPECIAL_TOKENS)} special tokens.")
     return args

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Tokenizer quality: how well a Unigram vocabulary fits the text, trained three ways on the same lines.
+"""Tokenizer quality: how well a Unigram vocabulary fits the text, trained four ways on the same lines.
 
     hf-default     🤗 Tokenizers' UnigramTrainer as train_unigram.py used it before (NFKC, Metaspace, defaults)
     hf-subiter     the same with --hf_n_sub_iterations EM steps between prunings (the one setting found to help)
@@ -8,7 +8,7 @@
 
 For each: the share of validation tokens that are a bare "▁" (a word start with nothing after it: the word then
 costs two tokens or more), tokens per whitespace-separated word, whether "▁a", "▁and", "▁,", "▁." are in the
-vocabulary, training seconds and peak memory. Special tokens are not counted. Every run is a process of its own,
+vocabulary, training seconds and peak memory. No <s> or </s> is added. Every run is a process of its own,
 so that its peak resident memory (getrusage) is its own; "before" is the peak once the libraries are imported and
 the lines read, so peak minus before is what training added.
 
@@ -121,8 +121,10 @@ def main():
     parser.add_argument("--train_file", default=default_train if default_train.exists() else None,
                         required=not default_train.exists(), help="Text file to train on (default: %(default)s).")
     parser.add_argument("--validation_file", default=default_validation if default_validation.exists() else None,
-                        required=not default_validation.exists(), help="Text file to measure on (default: %(default)s).")
-    parser.add_argument("--vocab_size", type=int, default=8000, help="Tokens, special ones included (default: %(default)s).")
+                        required=not default_validation.exists(),
+                        help="Text file to measure on (default: %(default)s).")
+    parser.add_argument("--vocab_size", type=int, default=8000,
+                        help="Tokens, special ones included (default: %(default)s).")
     parser.add_argument("--hf_n_sub_iterations", type=int, default=5,
                         help="EM steps between prunings for hf-subiter (🤗's default is 2; default: %(default)s).")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=VARIANTS)
