@@ -5,7 +5,10 @@ import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import sentencepiece as spm
 from transformers import AutoTokenizer
+
+from train_unigram import build_tokenizer, tokenizer_from_sentencepiece, train_sentencepiece
 
 from conftest import TOKENIZER_LINES
 from helpers import WIKITEXT, run_script
@@ -34,6 +37,29 @@ def test_encoding_wraps_text_and_keeps_special_tokens_whole(tokenizer_dir):
     assert tokens[tokens.index("<mask>") - 1] == "▁in"
     assert tokens[tokens.index("<unk>") - 1] == "▁was"
     assert tokenizer.decode(ids, skip_special_tokens=True).split() == ["The", "game", "was", "in", "."]
+
+
+def test_spaces_at_the_ends_and_runs_of_spaces_do_not_make_tokens(tokenizer_dir):
+    # SentencePiece trains on text with these spaces removed, so the tokenizer removes them too: otherwise the
+    # trailing space of every WikiText line would become a token "▁" of its own.
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    assert tokenizer.tokenize("  The game   was  played . ") == tokenizer.tokenize("The game was played .")
+
+
+def test_converted_tokenizer_encodes_as_sentencepiece():
+    # The quality measured for SentencePiece's model is the quality of the saved tokenizer only if the conversion
+    # to 🤗 Tokenizers changes no token.
+    lines = [line for line in (WIKITEXT / "train.txt").read_text().split("\n")[:TOKENIZER_LINES] if line.strip()]
+    normalizer = build_tokenizer().normalizer
+    model = train_sentencepiece(lines, 1000, normalizer)
+    tokenizer = tokenizer_from_sentencepiece(model)
+    processor = spm.SentencePieceProcessor(model_proto=model)
+    # Without WikiText's "<unk>", which the 🤗 tokenizer matches as its special token before the model runs.
+    validation = [line.replace("<unk>", "") for line in (WIKITEXT / "validation.txt").read_text().split("\n")]
+    assert sum(1 for line in validation if line.strip()) > 10
+    for line in validation:
+        assert tokenizer.encode(line, add_special_tokens=False).ids == \
+            processor.encode(normalizer.normalize_str(line)), line
 
 
 def test_wikitext_slice_skips_empty_lines(tokenizer_dir):
