@@ -148,9 +148,11 @@ def load_splits(args):
         for split, files in data_files.items():
             try:
                 splits[split] = datasets.load_dataset(builder, data_files=files, split="train")
-            except datasets.exceptions.DatasetGenerationError as err:
+            except datasets.exceptions.DatasetGenerationError as err:  # Not parsable, not even a header row.
                 raise SystemExit(f"error: cannot read the {split} file {paths[split]!r}: {err.__cause__ or err}"
                                  ) from err
+            except ValueError as err:  # How 🤗 Datasets says that a file holds a header but no rows.
+                raise SystemExit(f"error: the {split} file {paths[split]!r} holds no examples ({err}).") from err
     else:
         try:
             hub_splits = datasets.load_dataset(args.dataset_name, args.dataset_config)
