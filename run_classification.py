@@ -89,14 +89,17 @@ def parse_args():
     training = parser.add_argument_group("training")
     training.add_argument("--per_replica_batch_size", type=int, default=32,
                           help="Examples per replica and step (default: %(default)s).")
-    training.add_argument("--learning_rate", type=float, default=5e-5, help="Peak learning rate (default: %(default)s).")
+    training.add_argument("--learning_rate", type=float, default=5e-5,
+                          help="Peak learning rate (default: %(default)s, for base-size models; small ones such as "
+                               "the demo's learn faster at about 1e-3).")
     training.add_argument("--weight_decay_rate", type=float, default=0.01,
                           help="Decoupled weight decay (AdamW); LayerNorm weights and biases are never decayed "
                                "(default: %(default)s).")
     training.add_argument("--warmup_ratio", type=float, default=0.1,
                           help="Linear warmup as a fraction of all steps, before the linear decay to 0 "
                                "(default: %(default)s).")
-    training.add_argument("--num_epochs", type=int, default=5, help="Passes over the training data (default: %(default)s).")
+    training.add_argument("--num_epochs", type=int, default=5,
+                          help="Passes over the training data (default: %(default)s).")
     training.add_argument("--early_stopping_patience", type=int,
                           help="Stop after this many epochs without a better validation accuracy (default: train "
                                "every epoch). Either way, the best epoch's weights are the ones kept.")
@@ -223,8 +226,9 @@ def encode(tokenizer, texts, labels, label_names, max_length):
 
 
 def training_dataset(features, label_ids, global_batch_size, seed):
-    """Shuffled anew each epoch, in full batches only: one shape for XLA."""
-    return (tf.data.Dataset.from_tensor_slices((features, label_ids))
+    """Shuffled anew each epoch, in full batches only (one shape for XLA), every example of weight 1."""
+    weights = np.ones(len(label_ids), dtype=np.float32)
+    return (tf.data.Dataset.from_tensor_slices((features, label_ids, weights))
             .shuffle(len(label_ids), seed=seed, reshuffle_each_iteration=True)
             .batch(global_batch_size, drop_remainder=True)
             .prefetch(tf.data.AUTOTUNE))
@@ -286,12 +290,67 @@ def build_model(args, config):
     return TFAutoModelForSequenceClassification.from_pretrained(args.model_path, config=config)
 
 
-class Float32CrossEntropy(keras.losses.SparseCategoricalCrossentropy):
-    """Cross-entropy from logits, computed in float32 even when the model computes in bfloat16 (--bfloat16), whose
-    8-bit mantissa is too coarse for a log-softmax."""
+class ClassifierTrainer(keras.Model):
+    """Fine-tunes a 🤗 TF…ForSequenceClassification with model.fit; loss and accuracy count weighted examples only.
 
-    def call(self, y_true, y_pred):
-        return super().call(y_true, tf.cast(y_pred, tf.float32))
+    Every batch is (features, label ids, sample weights). The loss of a step is the weighted sum of the cross-entropy
+    over the global batch divided by the sum of its weights (an all-reduce across replicas), and the reported loss
+    and accuracy are means over the examples of weight 1: the padding of evaluation batches counts for nothing.
+    (Keras' own compiled loss would divide by every row of a batch, padding included.) The cross-entropy is
+    computed in float32, even with --bfloat16, whose 8-bit mantissa is too coarse for a log-softmax.
+
+    With `jit_compile`, the forward and backward passes are compiled with XLA on each replica, while the optimizer
+    update stays outside: Keras cannot XLA-compile an update of variables mirrored on several devices
+    (keras-team/tf-keras#385), and this way XLA speeds up multi-GPU training too. On TPUs everything is compiled
+    by XLA anyway, so `jit_compile` stays off there.
+    """
+
+    def __init__(self, classifier, jit_compile=False):
+        super().__init__()
+        self.classifier = classifier
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+        self.accuracy_tracker = keras.metrics.Mean(name="accuracy")
+        self.compute_gradients = tf.function(self._compute_gradients, jit_compile=True) if jit_compile \
+            else self._compute_gradients
+        self.weighted_sums = tf.function(self._weighted_sums, jit_compile=True) if jit_compile \
+            else self._weighted_sums
+
+    @property
+    def metrics(self):  # What Keras resets at the start of each epoch and evaluation.
+        return [self.loss_tracker, self.accuracy_tracker]
+
+    def call(self, features, training=False):
+        return self.classifier(**features, training=training).logits
+
+    def _weighted_sums(self, features, label_ids, weights, training=False):
+        """Weighted sums of the cross-entropy and of the correct predictions, and the sum of the weights."""
+        logits = tf.cast(self(features, training=training), tf.float32)
+        cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label_ids, logits=logits)
+        correct = tf.cast(tf.argmax(logits, axis=-1, output_type=label_ids.dtype) == label_ids, tf.float32)
+        return tf.reduce_sum(cross_entropy * weights), tf.reduce_sum(correct * weights), tf.reduce_sum(weights)
+
+    def _compute_gradients(self, features, label_ids, weights):
+        with tf.GradientTape() as tape:
+            sums = self._weighted_sums(features, label_ids, weights, training=True)
+        gradients = tape.gradient(sums[0], self.classifier.trainable_variables)
+        return [tf.convert_to_tensor(gradient) for gradient in gradients], sums
+
+    def train_step(self, batch):
+        gradient_sums, (cross_entropy_sum, correct, count) = self.compute_gradients(*batch)
+        global_count = tf.distribute.get_replica_context().all_reduce("sum", count)
+        # Replica gradients are summed by the optimizer: dividing by the global count makes that sum the gradient
+        # of the mean over every example of the global batch.
+        gradients = [gradient / global_count for gradient in gradient_sums]
+        self.optimizer.apply_gradients(zip(gradients, self.classifier.trainable_variables))
+        return self._update_metrics(cross_entropy_sum, correct, count)
+
+    def test_step(self, batch):
+        return self._update_metrics(*self.weighted_sums(*batch))
+
+    def _update_metrics(self, cross_entropy_sum, correct, count):
+        self.loss_tracker.update_state(tf.math.divide_no_nan(cross_entropy_sum, count), sample_weight=count)
+        self.accuracy_tracker.update_state(tf.math.divide_no_nan(correct, count), sample_weight=count)
+        return {metric.name: metric.result() for metric in self.metrics}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -323,8 +382,8 @@ def classification_metrics(label_ids, predictions, label_names, train_label_ids)
         "macro_f1": float(f1[present].mean()),
         "majority_class_accuracy": float(np.mean(label_ids == majority_label)),
         "worst_classes": [{"label": label_names[i], "f1": float(f1[i]), "support": int(support[i])} for i in worst],
-        "most_confused": [{"label": label_names[true], "predicted": label_names[predicted], "count": int(errors[true, predicted])}
-                          for true, predicted in confused],
+        "most_confused": [{"label": label_names[true], "predicted": label_names[predicted],
+                           "count": int(errors[true, predicted])} for true, predicted in confused],
     }
 
 
@@ -363,9 +422,9 @@ def prepare_data(args, tokenizer):
     return label_names, encoded
 
 
-def train(args, strategy, model, encoded, jit_compile):
-    """Fine-tunes `model` and leaves it with the weights of the epoch of best validation accuracy; returns that
-    epoch (counted from 1) and the per-epoch history."""
+def train(args, strategy, trainer, encoded):
+    """Fine-tunes the trainer's classifier and leaves it with the weights of the epoch of best validation accuracy;
+    returns that epoch (counted from 1) and the per-epoch history."""
     global_batch_size = args.per_replica_batch_size * strategy.num_replicas_in_sync
     train_features, train_label_ids = encoded["train"]
     steps_per_epoch = len(train_label_ids) // global_batch_size
@@ -377,28 +436,23 @@ def train(args, strategy, model, encoded, jit_compile):
         optimizer, _ = create_optimizer(init_lr=args.learning_rate, num_train_steps=total_steps,
                                         num_warmup_steps=int(args.warmup_ratio * total_steps),
                                         weight_decay_rate=args.weight_decay_rate)
-        # Keras averages the loss over every row of a batch, the padding of evaluation batches included; the
-        # weighted cross_entropy metric counts real examples only: it is the exact validation loss.
-        model.compile(optimizer=optimizer, loss=Float32CrossEntropy(from_logits=True),
-                      weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
-                                        keras.metrics.SparseCategoricalCrossentropy(from_logits=True,
-                                                                                    name="cross_entropy")],
-                      steps_per_execution=args.steps_per_execution, jit_compile=jit_compile)
+        # weighted_metrics=[]: the sample weights are used by ClassifierTrainer itself, as Keras' warning asks.
+        trainer.compile(optimizer=optimizer, weighted_metrics=[], steps_per_execution=args.steps_per_execution)
     keep_best = keras.callbacks.EarlyStopping(monitor="val_accuracy", mode="max", restore_best_weights=True,
                                               patience=args.early_stopping_patience or args.num_epochs)
     tensorboard = keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs"), write_graph=False)
     logger.info("Training: %d steps per epoch of %d examples, %d epochs", steps_per_epoch, global_batch_size,
                 args.num_epochs)
-    history = model.fit(training_dataset(train_features, train_label_ids, global_batch_size, args.seed),
-                        validation_data=evaluation_dataset(*encoded["validation"], global_batch_size),
-                        epochs=args.num_epochs, callbacks=[keep_best, tensorboard],
-                        verbose=1 if sys.stdout.isatty() else 2)
+    history = trainer.fit(training_dataset(train_features, train_label_ids, global_batch_size, args.seed),
+                          validation_data=evaluation_dataset(*encoded["validation"], global_batch_size),
+                          epochs=args.num_epochs, callbacks=[keep_best, tensorboard],
+                          verbose=1 if sys.stdout.isatty() else 2)
     best_epoch = keep_best.best_epoch + 1
     logger.info("Best validation accuracy %.4f, at epoch %d: its weights are kept", keep_best.best, best_epoch)
     return best_epoch, history.history
 
 
-def evaluate(args, strategy, model, encoded, label_names):
+def evaluate(args, strategy, trainer, encoded, label_names):
     """The metrics of every split but train, from predictions of every example exactly once."""
     global_batch_size = args.per_replica_batch_size * strategy.num_replicas_in_sync
     results = {}
@@ -406,7 +460,7 @@ def evaluate(args, strategy, model, encoded, label_names):
         if split not in encoded:
             continue
         features, label_ids = encoded[split]
-        logits = model.predict(evaluation_dataset(features, label_ids, global_batch_size), verbose=0).logits
+        logits = trainer.predict(evaluation_dataset(features, label_ids, global_batch_size), verbose=0)
         predictions = np.argmax(logits[:len(label_ids)], axis=-1)  # The padding rows come last.
         results[split] = classification_metrics(label_ids, predictions, label_names, encoded["train"][1])
         logger.info("%s: %s", split.capitalize(), format_metrics(results[split]))
@@ -468,20 +522,21 @@ def main():
                 "bfloat16 mixed precision" if args.bfloat16 else "float32")
     with strategy.scope():
         model = build_model(args, config)
+        trainer = ClassifierTrainer(model, jit_compile)
     logger.info("Model: %s with %.1fM parameters, %s", config.model_type, model.count_params() / 1e6,
                 "random weights (--from_scratch)" if args.from_scratch else f"from {args.model_name_or_path}")
 
-    best_epoch, history = train(args, strategy, model, encoded, jit_compile)
-    results = evaluate(args, strategy, model, encoded, label_names)
+    best_epoch, history = train(args, strategy, trainer, encoded)
+    results = evaluate(args, strategy, trainer, encoded, label_names)
     if is_chief:
         write_tensorboard_results(os.path.join(args.output_dir, "logs"), results, step=best_epoch)
         results.update(model_name_or_path=args.model_name_or_path, from_scratch=args.from_scratch,
-                       best_epoch=best_epoch,
-                       history={name: [float(value) for value in values] for name, values in history.items()}, num_labels=len(label_names),
-                       train_examples=len(encoded["train"][1]), max_length=args.max_length,
+                       num_labels=len(label_names), train_examples=len(encoded["train"][1]),
+                       max_length=args.max_length, num_replicas=strategy.num_replicas_in_sync,
                        global_batch_size=args.per_replica_batch_size * strategy.num_replicas_in_sync,
-                       num_replicas=strategy.num_replicas_in_sync, learning_rate=args.learning_rate,
-                       num_epochs=args.num_epochs, seed=args.seed)
+                       learning_rate=args.learning_rate, num_epochs=args.num_epochs, seed=args.seed,
+                       best_epoch=best_epoch,
+                       history={name: [float(value) for value in values] for name, values in history.items()})
         save(args, model, tokenizer, results)
 
 

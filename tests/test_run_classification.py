@@ -131,7 +131,7 @@ def test_two_cpu_replicas_match_one(pretrained_model_dir, tmp_path):
         results[replicas] = json.loads((output_dir / "eval_results.json").read_text())
     one, two = results[1], results[2]
     assert two["num_replicas"] == 2 and two["test"]["num_examples"] == TEST_EXAMPLES
-    for name in ("loss", "val_cross_entropy"):
+    for name in ("loss", "val_loss"):
         assert two["history"][name] == pytest.approx(one["history"][name], rel=1e-4)
     for split in ("validation", "test"):
         assert two[split]["accuracy"] == one[split]["accuracy"]
