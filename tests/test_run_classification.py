@@ -1,5 +1,6 @@
 """run_classification.py: fine-tuning end to end, exact evaluation, the stratified split, two replicas, bad input."""
 
+import argparse
 import json
 import shutil
 import subprocess
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from helpers import REPO, run_script
-from run_classification import classification_metrics, evaluation_dataset, stratified_split
+from run_classification import classification_metrics, evaluation_dataset, load_splits, stratified_split
 
 BANKING77 = REPO / "tests" / "data" / "banking77"
 TEST_EXAMPLES = 37  # Not a multiple of any batch below.
@@ -94,6 +95,23 @@ def test_stratified_split_keeps_every_label_on_both_sides():
     assert {labels[i] for i in train} == {"a", "b", "c", "d"}
     assert stratified_split(labels, 10, seed=0) == (train, validation)
     assert stratified_split(labels, 10, seed=1) != (train, validation)
+
+
+def test_class_label_columns_give_label_names(tmp_path):
+    # As in the Hub's BANKING77: labels stored as integers, their names in the dataset's features. Parquet keeps
+    # the features; a local folder read as a dataset stands in for the Hub (offline).
+    import datasets
+
+    features = datasets.Features({"text": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["card_arrival", "exchange_rate"])})
+    datasets.Dataset.from_dict({"text": ["where is my card", "euro rate?", "rate today"], "label": [0, 1, 1]},
+                               features=features).to_parquet(tmp_path / "train.parquet")
+    expected = {"train": (["where is my card", "euro rate?", "rate today"],
+                          ["card_arrival", "exchange_rate", "exchange_rate"])}
+    args = argparse.Namespace(train_file=None, validation_file=None, test_file=None, dataset_name=None,
+                              dataset_config=None, text_column="text", label_column="label")
+    assert load_splits(argparse.Namespace(**{**vars(args), "train_file": str(tmp_path / "train.parquet")})) == expected
+    assert load_splits(argparse.Namespace(**{**vars(args), "dataset_name": str(tmp_path)})) == expected
 
 
 def test_classification_metrics():
