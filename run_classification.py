@@ -217,12 +217,11 @@ def stratified_split(labels, percentage, seed):
     return sorted(train), sorted(validation)
 
 
-def encode(tokenizer, texts, labels, label_names, max_length):
+def encode(tokenizer, texts, labels, label2id, max_length):
     """({"input_ids", "attention_mask"}, label ids) as arrays of one shape: every text padded or cut to max_length."""
     features = tokenizer(texts, padding="max_length", truncation=True, max_length=max_length, return_tensors="np",
                          return_token_type_ids=False)
-    label_ids = np.array([label_names.index(label) for label in labels], dtype=np.int32)
-    return dict(features), label_ids
+    return dict(features), np.array([label2id[label] for label in labels], dtype=np.int32)
 
 
 def training_dataset(features, label_ids, global_batch_size, seed):
@@ -236,8 +235,8 @@ def training_dataset(features, label_ids, global_batch_size, seed):
 
 def evaluation_dataset(features, label_ids, global_batch_size):
     """Every example once, in order, in full batches with sample weights: the last batch is filled up with copies
-    of the first examples (real inputs, so their logits are finite) whose weight 0 leaves them out of every
-    weighted metric."""
+    of the first examples (real inputs, so their logits are finite) whose weight 0 leaves them out of the loss
+    and the accuracy."""
     num_examples = len(label_ids)
     padded_size = num_examples + -num_examples % global_batch_size
     take = np.arange(padded_size) % num_examples
@@ -252,10 +251,11 @@ def evaluation_dataset(features, label_ids, global_batch_size):
 # Model
 
 
-def load_config(args, label_names, tokenizer):
-    """The model's config with the label set of the data, after checking that the model can be fine-tuned here."""
+def load_config(args, model_path, label_names, tokenizer):
+    """The model's config with the label set of the data, after checking that the model can be fine-tuned here.
+    `model_path`: a local copy of --model_name_or_path."""
     try:
-        config = AutoConfig.from_pretrained(args.model_path)
+        config = AutoConfig.from_pretrained(model_path)
     except (OSError, ValueError) as err:
         raise SystemExit(f"error: {args.model_name_or_path!r} is not a model folder: {err}\nPass the folder that "
                          "run_mlm.py saved (its --output_dir).") from err
@@ -281,13 +281,13 @@ def load_config(args, label_names, tokenizer):
     return config
 
 
-def build_model(args, config):
+def build_model(args, model_path, config):
     """The pre-trained encoder with a new classification head, or (--from_scratch) the same with random weights."""
     if args.from_scratch:
         model = TFAutoModelForSequenceClassification.from_config(config)
         model.build_in_name_scope()  # Create the weights now, with the names that save_pretrained expects.
         return model
-    return TFAutoModelForSequenceClassification.from_pretrained(args.model_path, config=config)
+    return TFAutoModelForSequenceClassification.from_pretrained(model_path, config=config)
 
 
 class ClassifierTrainer(keras.Model):
@@ -415,7 +415,8 @@ def prepare_data(args, tokenizer):
         columns["validation"] = [texts[i] for i in validation], [labels[i] for i in validation]
         logger.info("Validation: %d examples held out of the training data (%g %% of each label)",
                     len(validation), args.validation_split_percentage)
-    encoded = {split: encode(tokenizer, *columns[split], label_names, args.max_length)
+    label2id = {label: i for i, label in enumerate(label_names)}
+    encoded = {split: encode(tokenizer, *columns[split], label2id, args.max_length)
                for split in SPLITS if split in columns}
     logger.info("Data: %d labels; %s", len(label_names),
                 ", ".join(f"{split} {len(label_ids)} examples" for split, (_, label_ids) in encoded.items()))
@@ -498,14 +499,14 @@ def main():
     keras.utils.set_random_seed(args.seed)
 
     # Check the model folder and the data before building anything, so that mistakes cost seconds, not minutes.
-    args.model_path = local_copy(args.model_name_or_path)
+    model_path = local_copy(args.model_name_or_path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(args.model_path)
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
     except (OSError, ValueError) as err:
         raise SystemExit(f"error: cannot load a tokenizer from {args.model_name_or_path!r}: {err}\nPass the folder "
                          "that run_mlm.py saved (its --output_dir).") from err
     label_names, encoded = prepare_data(args, tokenizer)
-    config = load_config(args, label_names, tokenizer)
+    config = load_config(args, model_path, label_names, tokenizer)
     is_chief = strategy.extended.should_checkpoint
     if is_chief and check_output_dir(args.output_dir, args.overwrite):
         # TensorBoard adds event files to what is there: clear an earlier run's curves.
@@ -521,7 +522,7 @@ def main():
                 "implicit (TPU)" if on_tpu else "on" if jit_compile else "off",
                 "bfloat16 mixed precision" if args.bfloat16 else "float32")
     with strategy.scope():
-        model = build_model(args, config)
+        model = build_model(args, model_path, config)
         trainer = ClassifierTrainer(model, jit_compile)
     logger.info("Model: %s with %.1fM parameters, %s", config.model_type, model.count_params() / 1e6,
                 "random weights (--from_scratch)" if args.from_scratch else f"from {args.model_name_or_path}")
