@@ -60,16 +60,12 @@ import tensorflow as tf
 import tf_keras as keras
 from transformers import AutoConfig, TFAutoModelForMaskedLM, create_optimizer
 
-from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME,
-                   add_hardware_arguments, check_gcs_path, choose_strategy, count_hosts, host_addresses, is_gcs_path,
-                   load_auto_tokenizer, local_copy, push_folder_to_hub, split_cpu, strategy_name, upload_to_gcs,
-                   vocabulary_fingerprint)
+from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MODELS_WITH_POSITION_OFFSET, SHARD_NAME_PATTERN,
+                   TOKEN_COUNTS_NAME, add_hardware_arguments, check_gcs_path, choose_strategy, count_hosts,
+                   host_addresses, is_gcs_path, load_auto_tokenizer, local_copy, push_folder_to_hub, split_cpu,
+                   strategy_name, upload_to_gcs, vocabulary_fingerprint)
 
 logger = logging.getLogger("run_mlm")
-
-# RoBERTa-style models number positions from pad_token_id + 1, so they need that many more position embeddings
-# than the longest sequence (RoBERTa-base: 514 for 512 tokens).
-MODELS_WITH_POSITION_OFFSET = ("roberta", "xlm-roberta", "camembert", "roberta-prelayernorm")
 
 
 def parse_args():

@@ -54,3 +54,13 @@ def tiny_config_dir(tmp_path_factory):
     RobertaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
                   max_position_embeddings=MAX_LENGTH + 2).save_pretrained(config_dir)
     return config_dir
+
+
+@pytest.fixture(scope="session")
+def pretrained_model_dir(shards_dir, tokenizer_dir, tiny_config_dir, tmp_path_factory):
+    """A tiny masked-LM folder saved by run_mlm.py after a few steps: the input of run_classification.py."""
+    output_dir = tmp_path_factory.mktemp("pretrained") / "mlm-model"
+    run_script("run_mlm.py", "--train_dataset", shards_dir / "train", "--tokenizer", tokenizer_dir,
+               "--pretrained_model_config", tiny_config_dir, "--max_length", MAX_LENGTH, "--per_replica_batch_size", 8,
+               "--learning_rate", 3e-3, "--warmup_steps", 2, "--max_steps", 20, "--no_tpu", "--output_dir", output_dir)
+    return output_dir

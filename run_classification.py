@@ -1,0 +1,545 @@
+#!/usr/bin/env python
+"""Step 4: is the pre-trained model any good? Fine-tune it on a text classification task and evaluate it.
+
+The encoder saved by run_mlm.py gets a new classification head (🤗 TFAutoModelForSequenceClassification), and the
+whole model is fine-tuned with Keras `model.fit`, under the same tf.distribute strategies as run_mlm.py: TPUStrategy
+on a TPU VM, a TPU Node or a pod slice, MultiWorkerMirroredStrategy for a cluster in TF_CONFIG, MirroredStrategy
+over the GPUs or the CPU. With --from_scratch, the same architecture starts from random weights instead: the
+baseline that shows what pre-training bought.
+
+The data are CSV, JSON-lines or Parquet files (local or gs://), or a Hub dataset, with a text column and a label
+column holding label names (or, in a Hub dataset, a ClassLabel). The labels are those of the training data. Without
+validation data, a stratified --validation_split_percentage of the training data is held out, with a fixed seed.
+
+Every text is tokenized up front, padded or cut to --max_length tokens, so that every batch has one shape (XLA,
+the compiler behind TPUs, compiles each new shape anew). Training batches all have the same size (the last partial
+one is dropped: the data are reshuffled every epoch, so no example is always left out). Evaluation never drops an
+example: the last batch is filled up with copies of real examples that carry a sample weight of 0, so that every
+example is counted exactly once.
+
+After each epoch, loss and accuracy on the training and validation data; the weights of the epoch with the best
+validation accuracy are kept, and restored before the final evaluation. Results, on the validation and test data:
+accuracy, macro-F1, the majority-class baseline, the F1 of the five worst classes and the most confused label
+pairs, in {output_dir}/eval_results.json and in TensorBoard ({output_dir}/logs). The model and the tokenizer are
+saved to --output_dir, ready for `pipeline("text-classification", model=output_dir, framework="tf", dtype=None)`.
+
+Example (BANKING77 from local CSV files, on a CPU):
+    python run_classification.py --model_name_or_path mlm-model --train_file banking77/train.csv \\
+        --test_file banking77/test.csv --label_column category --output_dir banking77-model --no_tpu
+"""
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+# 🤗 Transformers' TF models are Keras 2 models. Since TensorFlow 2.16, Keras 2 is the separate tf-keras package,
+# and `tf.keras` is Keras 3: every Keras object here must come from tf_keras.
+import tf_keras as keras
+from transformers import AutoConfig, AutoTokenizer, TFAutoModelForSequenceClassification, create_optimizer
+
+from utils import (MODELS_WITH_POSITION_OFFSET, add_hardware_arguments, check_gcs_path, check_output_dir,
+                   choose_strategy, count_hosts, data_files_format, is_gcs_path, local_copy, push_folder_to_hub,
+                   split_cpu, strategy_name, upload_to_gcs)
+
+logger = logging.getLogger("run_classification")
+
+SPLITS = ("train", "validation", "test")
+# How many of the worst classes and of the most confused label pairs the results list.
+NUM_WORST = 5
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_hardware_arguments(parser)
+
+    data = parser.add_argument_group("data")
+    data.add_argument("--train_file", help="Training data: a CSV, JSON-lines or Parquet file, local or gs://.")
+    data.add_argument("--validation_file", help="Validation data, same format (default: a stratified part of "
+                                                "the training data, see --validation_split_percentage).")
+    data.add_argument("--test_file", help="Test data, same format (default: no test).")
+    data.add_argument("--dataset_name",
+                      help="A Hub dataset instead of files, e.g. PolyAI/banking77; its train, validation and "
+                           "test splits are used, those it has.")
+    data.add_argument("--dataset_config", help="Configuration of the Hub dataset.")
+    data.add_argument("--text_column", default="text", help="Column holding the text (default: %(default)s).")
+    data.add_argument("--label_column", default="label",
+                      help="Column holding the label names (default: %(default)s; BANKING77's CSV files call it "
+                           "category).")
+    data.add_argument("--validation_split_percentage", type=float, default=10,
+                      help="Without validation data: the percentage of each class of the training data held out "
+                           "for validation (default: %(default)s).")
+    data.add_argument("--max_length", type=int, default=64,
+                      help="Tokens per text; longer texts are cut, shorter ones padded (default: %(default)s).")
+
+    model = parser.add_argument_group("model")
+    model.add_argument("--model_name_or_path", required=True,
+                       help="The folder run_mlm.py saved (local or gs://), or a Hub model id: a masked-LM model, "
+                            "whose encoder gets a new classification head; or a classification model fine-tuned "
+                            "on the same labels, whose head is kept. Its tokenizer is used.")
+    model.add_argument("--from_scratch", action="store_true",
+                       help="Same architecture and tokenizer, but random weights: the baseline without "
+                            "pre-training.")
+
+    training = parser.add_argument_group("training")
+    training.add_argument("--per_replica_batch_size", type=int, default=32,
+                          help="Examples per replica and step (default: %(default)s).")
+    training.add_argument("--learning_rate", type=float, default=5e-5,
+                          help="Peak learning rate (default: %(default)s, for base-size models; small ones such as "
+                               "the demo's learn faster at about 1e-3).")
+    training.add_argument("--weight_decay_rate", type=float, default=0.01,
+                          help="Decoupled weight decay (AdamW); LayerNorm weights and biases are never decayed "
+                               "(default: %(default)s).")
+    training.add_argument("--warmup_ratio", type=float, default=0.1,
+                          help="Linear warmup as a fraction of all steps, before the linear decay to 0 "
+                               "(default: %(default)s).")
+    training.add_argument("--num_epochs", type=int, default=5,
+                          help="Passes over the training data (default: %(default)s).")
+    training.add_argument("--early_stopping_patience", type=int,
+                          help="Stop after this many epochs without a better validation accuracy (default: train "
+                               "every epoch). Either way, the best epoch's weights are the ones kept.")
+    training.add_argument("--steps_per_execution", type=int, default=1,
+                          help="Steps run per call from Python into the device; larger values cut the per-step "
+                               "overhead, mostly on TPUs (default: %(default)s).")
+    training.add_argument("--seed", type=int, default=42,
+                          help="Seed for the validation split, the new weights and the data order (default: "
+                               "%(default)s).")
+
+    output = parser.add_argument_group("output")
+    output.add_argument("--output_dir", default="classification-model",
+                        help="Folder for the model, eval_results.json and TensorBoard logs, local or gs:// "
+                             "(default: %(default)s).")
+    output.add_argument("--overwrite", action="store_true", help="Write into --output_dir even if it is not empty.")
+    output.add_argument("--hub_model_id", help="Push the model and tokenizer to this Hub repository.")
+    args = parser.parse_args()
+
+    if bool(args.train_file) == bool(args.dataset_name):
+        parser.error("give either --train_file (with --validation_file and --test_file if you have them) or "
+                     "--dataset_name.")
+    for flag in ("num_cpu_replicas", "max_length", "per_replica_batch_size", "num_epochs",
+                 "early_stopping_patience", "steps_per_execution"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            parser.error(f"--{flag} must be positive, got {value}.")
+    if not 0 < args.validation_split_percentage < 100:
+        parser.error(f"--validation_split_percentage must be between 0 and 100, got "
+                     f"{args.validation_split_percentage}.")
+    if not 0 <= args.warmup_ratio < 1:
+        parser.error(f"--warmup_ratio must be in [0, 1), got {args.warmup_ratio}.")
+    return args
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Data
+
+
+def load_splits(args):
+    """{split: (texts, label names)} for the splits given (train always), as lists of strings."""
+    import datasets  # Imported here, after the checks of the arguments: it is slow to import.
+
+    if args.train_file:
+        paths = {split: getattr(args, f"{split}_file") for split in SPLITS if getattr(args, f"{split}_file")}
+        # 🤗 Datasets reads local files: gs:// files are copied to a temporary folder first.
+        data_files = {split: [local_copy(path)] for split, path in paths.items()}
+        builder = data_files_format(data_files)
+        splits = {}
+        for split, files in data_files.items():
+            try:
+                splits[split] = datasets.load_dataset(builder, data_files=files, split="train")
+            except datasets.exceptions.DatasetGenerationError as err:  # Not parsable, not even a header row.
+                raise SystemExit(f"error: cannot read the {split} file {paths[split]!r}: {err.__cause__ or err}"
+                                 ) from err
+            except ValueError as err:  # How 🤗 Datasets says that a file holds a header but no rows.
+                raise SystemExit(f"error: the {split} file {paths[split]!r} holds no examples ({err}).") from err
+    else:
+        try:
+            hub_splits = datasets.load_dataset(args.dataset_name, args.dataset_config)
+        except (ConnectionError, FileNotFoundError, ValueError) as err:
+            raise SystemExit(f"error: could not load the dataset {args.dataset_name!r} from the Hub: {err}\n"
+                             "Check the name, or pass local files instead (--train_file ...).") from err
+        if "train" not in hub_splits:
+            raise SystemExit(f"error: the dataset {args.dataset_name!r} has no train split; it has "
+                             f"{sorted(hub_splits)}.")
+        splits = {split: hub_splits[split] for split in SPLITS if split in hub_splits}
+
+    columns = {}
+    for split, dataset in splits.items():
+        for column, flag in ((args.text_column, "--text_column"), (args.label_column, "--label_column")):
+            if column not in dataset.column_names:
+                raise SystemExit(f"error: the {split} data has no column {column!r}; its columns are "
+                                 f"{dataset.column_names}. Choose one with {flag}.")
+        if len(dataset) == 0:
+            raise SystemExit(f"error: the {split} data is empty.")
+        labels = dataset[args.label_column]
+        # A Hub dataset's labels are often a ClassLabel: integers, with their names in the features.
+        label_feature = dataset.features[args.label_column]
+        if isinstance(label_feature, datasets.ClassLabel):
+            labels = label_feature.int2str(labels)
+        columns[split] = ([str(text) for text in dataset[args.text_column]], [str(label) for label in labels])
+    return columns
+
+
+def check_labels(columns):
+    """The label names, sorted, from the training data; every other split may only use those."""
+    label_names = sorted(set(columns["train"][1]))
+    if len(label_names) < 2:
+        raise SystemExit(f"error: the training data has one label only ({label_names[0]!r}): classification needs "
+                         "at least two. Check --label_column.")
+    for split, (_, labels) in columns.items():
+        unknown = sorted(set(labels) - set(label_names))
+        if unknown:
+            raise SystemExit(f"error: the {split} data has labels that the training data does not: "
+                             f"{unknown[:10]}{' ...' if len(unknown) > 10 else ''}. A model cannot learn a label it "
+                             "never sees in training: add examples of it to the training data, or remove it.")
+    return label_names
+
+
+def stratified_split(labels, percentage, seed):
+    """(train indices, validation indices), sorted: `percentage` % of each label's examples go to validation,
+    rounded, but at least one of every label with two or more examples, and never all of a label's.
+
+    Written out rather than taken from 🤗 Datasets' train_test_split(stratify_by_column=...), which may leave a
+    small class out of validation altogether, and refuses a class with a single example.
+    """
+    rng = np.random.default_rng(seed)
+    labels = np.asarray(labels)
+    train, validation = [], []
+    for label in sorted(set(labels)):
+        indices = rng.permutation(np.flatnonzero(labels == label))
+        num_validation = min(len(indices) - 1, max(1, round(len(indices) * percentage / 100)))
+        validation.extend(indices[:num_validation])
+        train.extend(indices[num_validation:])
+    return sorted(train), sorted(validation)
+
+
+def encode(tokenizer, texts, labels, label2id, max_length):
+    """({"input_ids", "attention_mask"}, label ids) as arrays of one shape: every text padded or cut to max_length."""
+    features = tokenizer(texts, padding="max_length", truncation=True, max_length=max_length, return_tensors="np",
+                         return_token_type_ids=False)
+    return dict(features), np.array([label2id[label] for label in labels], dtype=np.int32)
+
+
+def training_dataset(features, label_ids, global_batch_size, seed):
+    """Shuffled anew each epoch, in full batches only (one shape for XLA), every example of weight 1."""
+    weights = np.ones(len(label_ids), dtype=np.float32)
+    return (tf.data.Dataset.from_tensor_slices((features, label_ids, weights))
+            .shuffle(len(label_ids), seed=seed, reshuffle_each_iteration=True)
+            .batch(global_batch_size, drop_remainder=True)
+            .prefetch(tf.data.AUTOTUNE))
+
+
+def evaluation_dataset(features, label_ids, global_batch_size):
+    """Every example once, in order, in full batches with sample weights: the last batch is filled up with copies
+    of the first examples (real inputs, so their logits are finite) whose weight 0 leaves them out of the loss
+    and the accuracy."""
+    num_examples = len(label_ids)
+    padded_size = num_examples + -num_examples % global_batch_size
+    take = np.arange(padded_size) % num_examples
+    weights = (np.arange(padded_size) < num_examples).astype(np.float32)
+    padded_features = {name: values[take] for name, values in features.items()}
+    return (tf.data.Dataset.from_tensor_slices((padded_features, label_ids[take], weights))
+            .batch(global_batch_size, drop_remainder=True)
+            .prefetch(tf.data.AUTOTUNE))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Model
+
+
+def load_config(args, model_path, label_names, tokenizer):
+    """The model's config with the label set of the data, after checking that the model can be fine-tuned here.
+    `model_path`: a local copy of --model_name_or_path."""
+    try:
+        config = AutoConfig.from_pretrained(model_path)
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"error: {args.model_name_or_path!r} is not a model folder: {err}\nPass the folder that "
+                         "run_mlm.py saved (its --output_dir).") from err
+    architectures = config.architectures or []
+    if not any(name.endswith(("ForMaskedLM", "ForSequenceClassification")) for name in architectures):
+        raise SystemExit(f"error: {args.model_name_or_path!r} holds a {architectures or config.model_type} model, "
+                         "not a masked-LM or sequence-classification model. Pass the folder that run_mlm.py "
+                         "saved (its --output_dir).")
+    label2id = {label: i for i, label in enumerate(label_names)}
+    is_classifier = any(name.endswith("ForSequenceClassification") for name in architectures)
+    if is_classifier and not args.from_scratch and config.label2id != label2id:
+        raise SystemExit(f"error: {args.model_name_or_path!r} is a classification model for other labels "
+                         f"({sorted(config.label2id)[:5]} ...). Pass the masked-LM folder it was fine-tuned from.")
+    offset = config.pad_token_id + 1 if config.model_type in MODELS_WITH_POSITION_OFFSET else 0
+    if args.max_length + offset > config.max_position_embeddings:
+        raise SystemExit(f"error: --max_length {args.max_length} is beyond what the model can read: it has "
+                         f"{config.max_position_embeddings} position embeddings, enough for "
+                         f"{config.max_position_embeddings - offset} tokens. Lower --max_length.")
+    if len(tokenizer) > config.vocab_size:
+        raise SystemExit(f"error: the tokenizer of {args.model_name_or_path!r} has {len(tokenizer)} tokens, the "
+                         f"model only {config.vocab_size}: they do not belong together.")
+    config.update(dict(num_labels=len(label_names), id2label=dict(enumerate(label_names)), label2id=label2id))
+    return config
+
+
+def build_model(args, model_path, config):
+    """The pre-trained encoder with a new classification head, or (--from_scratch) the same with random weights."""
+    if args.from_scratch:
+        model = TFAutoModelForSequenceClassification.from_config(config)
+        model.build_in_name_scope()  # Create the weights now, with the names that save_pretrained expects.
+        return model
+    return TFAutoModelForSequenceClassification.from_pretrained(model_path, config=config)
+
+
+class ClassifierTrainer(keras.Model):
+    """Fine-tunes a 🤗 TF…ForSequenceClassification with model.fit; loss and accuracy count weighted examples only.
+
+    Every batch is (features, label ids, sample weights). The loss of a step is the weighted sum of the cross-entropy
+    over the global batch divided by the sum of its weights (an all-reduce across replicas), and the reported loss
+    and accuracy are means over the examples of weight 1: the padding of evaluation batches counts for nothing.
+    (Keras' own compiled loss would divide by every row of a batch, padding included.) The cross-entropy is
+    computed in float32, even with --bfloat16, whose 8-bit mantissa is too coarse for a log-softmax.
+
+    With `jit_compile`, the forward and backward passes are compiled with XLA on each replica, while the optimizer
+    update stays outside: Keras cannot XLA-compile an update of variables mirrored on several devices
+    (keras-team/tf-keras#385), and this way XLA speeds up multi-GPU training too. On TPUs everything is compiled
+    by XLA anyway, so `jit_compile` stays off there.
+    """
+
+    def __init__(self, classifier, jit_compile=False):
+        super().__init__()
+        self.classifier = classifier
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+        self.accuracy_tracker = keras.metrics.Mean(name="accuracy")
+        self.compute_gradients = tf.function(self._compute_gradients, jit_compile=True) if jit_compile \
+            else self._compute_gradients
+        self.weighted_sums = tf.function(self._weighted_sums, jit_compile=True) if jit_compile \
+            else self._weighted_sums
+
+    @property
+    def metrics(self):  # What Keras resets at the start of each epoch and evaluation.
+        return [self.loss_tracker, self.accuracy_tracker]
+
+    def call(self, features, training=False):
+        return self.classifier(**features, training=training).logits
+
+    def _weighted_sums(self, features, label_ids, weights, training=False):
+        """Weighted sums of the cross-entropy and of the correct predictions, and the sum of the weights."""
+        logits = tf.cast(self(features, training=training), tf.float32)
+        cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label_ids, logits=logits)
+        correct = tf.cast(tf.argmax(logits, axis=-1, output_type=label_ids.dtype) == label_ids, tf.float32)
+        return tf.reduce_sum(cross_entropy * weights), tf.reduce_sum(correct * weights), tf.reduce_sum(weights)
+
+    def _compute_gradients(self, features, label_ids, weights):
+        with tf.GradientTape() as tape:
+            sums = self._weighted_sums(features, label_ids, weights, training=True)
+        gradients = tape.gradient(sums[0], self.classifier.trainable_variables)
+        return [tf.convert_to_tensor(gradient) for gradient in gradients], sums
+
+    def train_step(self, batch):
+        gradient_sums, (cross_entropy_sum, correct, count) = self.compute_gradients(*batch)
+        global_count = tf.distribute.get_replica_context().all_reduce("sum", count)
+        # Replica gradients are summed by the optimizer: dividing by the global count makes that sum the gradient
+        # of the mean over every example of the global batch.
+        gradients = [gradient / global_count for gradient in gradient_sums]
+        self.optimizer.apply_gradients(zip(gradients, self.classifier.trainable_variables))
+        return self._update_metrics(cross_entropy_sum, correct, count)
+
+    def test_step(self, batch):
+        return self._update_metrics(*self.weighted_sums(*batch))
+
+    def _update_metrics(self, cross_entropy_sum, correct, count):
+        self.loss_tracker.update_state(tf.math.divide_no_nan(cross_entropy_sum, count), sample_weight=count)
+        self.accuracy_tracker.update_state(tf.math.divide_no_nan(correct, count), sample_weight=count)
+        return {metric.name: metric.result() for metric in self.metrics}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Results
+
+
+def classification_metrics(label_ids, predictions, label_names, train_label_ids):
+    """Accuracy, macro-F1, the majority-class baseline, the worst classes by F1, and the most confused pairs.
+
+    Macro-F1 is the mean F1 over the labels that occur in the data or in the predictions (as scikit-learn's
+    f1_score(average="macro") computes it); the majority-class baseline is the accuracy of always predicting the
+    most frequent training label.
+    """
+    num_labels = len(label_names)
+    confusion = np.zeros((num_labels, num_labels), dtype=np.int64)  # [true label, predicted label]
+    np.add.at(confusion, (label_ids, predictions), 1)
+    true_positives = np.diag(confusion)
+    support, predicted = confusion.sum(axis=1), confusion.sum(axis=0)
+    present = (support + predicted) > 0
+    # F1 = 2 TP / (2 TP + FP + FN) = 2 TP / (examples of the label + predictions of the label).
+    f1 = np.divide(2 * true_positives, support + predicted, out=np.zeros(num_labels), where=present)
+    majority_label = np.bincount(train_label_ids, minlength=num_labels).argmax()
+    worst = sorted(np.flatnonzero(support > 0), key=lambda i: (f1[i], label_names[i]))[:NUM_WORST]
+    errors = confusion * (1 - np.eye(num_labels, dtype=np.int64))
+    confused = sorted(zip(*np.nonzero(errors)), key=lambda pair: (-errors[pair], pair))[:NUM_WORST]
+    return {
+        "num_examples": int(len(label_ids)),
+        "accuracy": float(true_positives.sum() / len(label_ids)),
+        "macro_f1": float(f1[present].mean()),
+        "majority_class_accuracy": float(np.mean(label_ids == majority_label)),
+        "worst_classes": [{"label": label_names[i], "f1": float(f1[i]), "support": int(support[i])} for i in worst],
+        "most_confused": [{"label": label_names[true], "predicted": label_names[predicted],
+                           "count": int(errors[true, predicted])} for true, predicted in confused],
+    }
+
+
+def write_tensorboard_results(log_dir, results, step):
+    """The final accuracy and macro-F1 of each split, beside the per-epoch curves of Keras' TensorBoard callback."""
+    for split, metrics in results.items():
+        with tf.summary.create_file_writer(os.path.join(log_dir, f"final_{split}")).as_default(step=step):
+            for name in ("accuracy", "macro_f1", "majority_class_accuracy"):
+                tf.summary.scalar(name, metrics[name])
+
+
+def format_metrics(metrics):
+    return (f"accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f} on {metrics['num_examples']} "
+            f"examples (majority class: {metrics['majority_class_accuracy']:.4f})")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Main
+
+
+def prepare_data(args, tokenizer):
+    """The label names, and {split: (features, label ids)} for train, validation and (if any) test."""
+    columns = load_splits(args)
+    label_names = check_labels(columns)
+    if "validation" not in columns:
+        texts, labels = columns["train"]
+        train, validation = stratified_split(labels, args.validation_split_percentage, args.seed)
+        columns["train"] = [texts[i] for i in train], [labels[i] for i in train]
+        columns["validation"] = [texts[i] for i in validation], [labels[i] for i in validation]
+        logger.info("Validation: %d examples held out of the training data (%g %% of each label)",
+                    len(validation), args.validation_split_percentage)
+    label2id = {label: i for i, label in enumerate(label_names)}
+    encoded = {split: encode(tokenizer, *columns[split], label2id, args.max_length)
+               for split in SPLITS if split in columns}
+    logger.info("Data: %d labels; %s", len(label_names),
+                ", ".join(f"{split} {len(label_ids)} examples" for split, (_, label_ids) in encoded.items()))
+    return label_names, encoded
+
+
+def train(args, strategy, trainer, encoded):
+    """Fine-tunes the trainer's classifier and leaves it with the weights of the epoch of best validation accuracy;
+    returns that epoch (counted from 1) and the per-epoch history."""
+    global_batch_size = args.per_replica_batch_size * strategy.num_replicas_in_sync
+    train_features, train_label_ids = encoded["train"]
+    steps_per_epoch = len(train_label_ids) // global_batch_size
+    if steps_per_epoch == 0:
+        raise SystemExit(f"error: the {len(train_label_ids)} training examples do not fill one global batch of "
+                         f"{global_batch_size}. Lower --per_replica_batch_size.")
+    total_steps = steps_per_epoch * args.num_epochs
+    with strategy.scope():
+        optimizer, _ = create_optimizer(init_lr=args.learning_rate, num_train_steps=total_steps,
+                                        num_warmup_steps=int(args.warmup_ratio * total_steps),
+                                        weight_decay_rate=args.weight_decay_rate)
+        # weighted_metrics=[]: the sample weights are used by ClassifierTrainer itself, as Keras' warning asks.
+        trainer.compile(optimizer=optimizer, weighted_metrics=[], steps_per_execution=args.steps_per_execution)
+    keep_best = keras.callbacks.EarlyStopping(monitor="val_accuracy", mode="max", restore_best_weights=True,
+                                              patience=args.early_stopping_patience or args.num_epochs)
+    tensorboard = keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs"), write_graph=False)
+    logger.info("Training: %d steps per epoch of %d examples, %d epochs", steps_per_epoch, global_batch_size,
+                args.num_epochs)
+    history = trainer.fit(training_dataset(train_features, train_label_ids, global_batch_size, args.seed),
+                          validation_data=evaluation_dataset(*encoded["validation"], global_batch_size),
+                          epochs=args.num_epochs, callbacks=[keep_best, tensorboard],
+                          verbose=1 if sys.stdout.isatty() else 2)
+    best_epoch = keep_best.best_epoch + 1
+    logger.info("Best validation accuracy %.4f, at epoch %d: its weights are kept", keep_best.best, best_epoch)
+    return best_epoch, history.history
+
+
+def evaluate(args, strategy, trainer, encoded, label_names):
+    """The metrics of every split but train, from predictions of every example exactly once."""
+    global_batch_size = args.per_replica_batch_size * strategy.num_replicas_in_sync
+    results = {}
+    for split in ("validation", "test"):
+        if split not in encoded:
+            continue
+        features, label_ids = encoded[split]
+        logits = trainer.predict(evaluation_dataset(features, label_ids, global_batch_size), verbose=0)
+        predictions = np.argmax(logits[:len(label_ids)], axis=-1)  # The padding rows come last.
+        results[split] = classification_metrics(label_ids, predictions, label_names, encoded["train"][1])
+        logger.info("%s: %s", split.capitalize(), format_metrics(results[split]))
+    return results
+
+
+def save(args, model, tokenizer, results):
+    """The model, the tokenizer and eval_results.json into --output_dir (through a local folder for gs://)."""
+    local_dir = tempfile.mkdtemp() if is_gcs_path(args.output_dir) else args.output_dir
+    model.save_pretrained(local_dir)
+    tokenizer.save_pretrained(local_dir)
+    with open(os.path.join(local_dir, "eval_results.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    if local_dir != args.output_dir:
+        upload_to_gcs(local_dir, args.output_dir)
+    logger.info("Model, tokenizer and eval_results.json saved to %s", args.output_dir)
+    if args.hub_model_id:
+        url = push_folder_to_hub(local_dir, args.hub_model_id, "Fine-tuned with run_classification.py",
+                                 ignore_patterns=["logs/*"])
+        logger.info("Pushed to %s", url)
+    if local_dir != args.output_dir:
+        shutil.rmtree(local_dir)
+
+
+def main():
+    args = parse_args()
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    # Cloud Storage paths first: a missing bucket or permission must not wait for a TPU to start.
+    for path in (args.train_file, args.validation_file, args.test_file, args.model_name_or_path):
+        check_gcs_path(path)
+    check_gcs_path(args.output_dir, write=True)
+    # The strategy comes before any TensorFlow op: MultiWorkerMirroredStrategy sets up collective ops at start-up.
+    split_cpu(args.num_cpu_replicas)
+    strategy, on_tpu = choose_strategy(args)
+    keras.utils.set_random_seed(args.seed)
+
+    # Check the model folder and the data before building anything, so that mistakes cost seconds, not minutes.
+    model_path = local_copy(args.model_name_or_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"error: cannot load a tokenizer from {args.model_name_or_path!r}: {err}\nPass the folder "
+                         "that run_mlm.py saved (its --output_dir).") from err
+    label_names, encoded = prepare_data(args, tokenizer)
+    config = load_config(args, model_path, label_names, tokenizer)
+    is_chief = strategy.extended.should_checkpoint
+    if is_chief and check_output_dir(args.output_dir, args.overwrite):
+        # TensorBoard adds event files to what is there: clear an earlier run's curves.
+        if tf.io.gfile.isdir(os.path.join(args.output_dir, "logs")):
+            tf.io.gfile.rmtree(os.path.join(args.output_dir, "logs"))
+
+    if args.bfloat16:
+        keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    jit_compile = args.jit_compile and not on_tpu
+    logger.info("Strategy: %s with %d replica(s) on %d host(s); global batch %d; XLA %s; %s",
+                strategy_name(strategy), strategy.num_replicas_in_sync, count_hosts(strategy),
+                args.per_replica_batch_size * strategy.num_replicas_in_sync,
+                "implicit (TPU)" if on_tpu else "on" if jit_compile else "off",
+                "bfloat16 mixed precision" if args.bfloat16 else "float32")
+    with strategy.scope():
+        model = build_model(args, model_path, config)
+        trainer = ClassifierTrainer(model, jit_compile)
+    logger.info("Model: %s with %.1fM parameters, %s", config.model_type, model.count_params() / 1e6,
+                "random weights (--from_scratch)" if args.from_scratch else f"from {args.model_name_or_path}")
+
+    best_epoch, history = train(args, strategy, trainer, encoded)
+    results = evaluate(args, strategy, trainer, encoded, label_names)
+    if is_chief:
+        write_tensorboard_results(os.path.join(args.output_dir, "logs"), results, step=best_epoch)
+        results.update(model_name_or_path=args.model_name_or_path, from_scratch=args.from_scratch,
+                       num_labels=len(label_names), train_examples=len(encoded["train"][1]),
+                       max_length=args.max_length, num_replicas=strategy.num_replicas_in_sync,
+                       global_batch_size=args.per_replica_batch_size * strategy.num_replicas_in_sync,
+                       learning_rate=args.learning_rate, num_epochs=args.num_epochs, seed=args.seed,
+                       best_epoch=best_epoch,
+                       history={name: [float(value) for value in values] for name, values in history.items()})
+        save(args, model, tokenizer, results)
+
+
+if __name__ == "__main__":
+    main()

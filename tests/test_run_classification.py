@@ -1,0 +1,203 @@
+"""run_classification.py: fine-tuning end to end, exact evaluation, the stratified split, two replicas, bad input."""
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from helpers import REPO, run_script
+from run_classification import classification_metrics, evaluation_dataset, load_splits, stratified_split
+
+BANKING77 = REPO / "tests" / "data" / "banking77"
+TEST_EXAMPLES = 37  # Not a multiple of any batch below.
+
+
+def fine_tune_args(model_dir, output_dir):
+    """Flags for a quick fine-tuning of the tiny model on the BANKING77 slice, on the CPU."""
+    return ["--model_name_or_path", model_dir, "--train_file", BANKING77 / "train.csv",
+            "--test_file", BANKING77 / "test.csv", "--label_column", "category", "--max_length", 32,
+            "--per_replica_batch_size", 8, "--learning_rate", 5e-3, "--no_tpu", "--output_dir", output_dir]
+
+
+@pytest.fixture(scope="module")
+def fine_tuned_dir(pretrained_model_dir, tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("fine-tuned") / "model"
+    run_script("run_classification.py", *fine_tune_args(pretrained_model_dir, output_dir), "--num_epochs", 10)
+    return output_dir
+
+
+def test_fine_tune_evaluate_and_classify(fine_tuned_dir):
+    results = json.loads((fine_tuned_dir / "eval_results.json").read_text())
+    assert results["num_labels"] == 6 and results["train_examples"] == 108  # 120 less 10 % of each label.
+    assert results["validation"]["num_examples"] == 12 and results["test"]["num_examples"] == TEST_EXAMPLES
+    # Learning shows on held-out data: better than always answering the most frequent training label.
+    test = results["test"]
+    assert test["accuracy"] > test["majority_class_accuracy"] + 0.1
+    assert 0 < test["macro_f1"] <= 1
+    assert len(test["worst_classes"]) == 5 and all(0 <= c["f1"] <= 1 for c in test["worst_classes"])
+    assert all(pair["label"] != pair["predicted"] for pair in test["most_confused"])
+    # The kept weights are those of the best validation epoch.
+    history = results["history"]
+    assert results["validation"]["accuracy"] == pytest.approx(max(history["val_accuracy"]))
+    assert history["val_accuracy"][results["best_epoch"] - 1] == max(history["val_accuracy"])
+    for part in ("train", "validation", "final_test"):
+        assert list((fine_tuned_dir / "logs" / part).glob("events.out.tfevents.*"))
+
+    code = ("from transformers import pipeline; import json, sys; "
+            f"classify = pipeline('text-classification', model='{fine_tuned_dir}', framework='tf', dtype=None); "
+            "json.dump(classify(['What is the exchange rate for euros?', 'My card has not arrived yet']), sys.stdout)")
+    answers = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                        check=True).stdout)
+    labels = {"card_arrival", "exchange_rate", "lost_or_stolen_card", "age_limit", "top_up_failed", "cancel_transfer"}
+    assert len(answers) == 2 and all(a["label"] in labels and 0 < a["score"] <= 1 for a in answers)
+
+
+def test_every_test_example_counted_once(fine_tuned_dir):
+    # The script's test accuracy against predictions made here one example at a time, by the saved model.
+    import csv
+
+    from transformers import AutoTokenizer, TFAutoModelForSequenceClassification
+
+    with open(BANKING77 / "test.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    tokenizer = AutoTokenizer.from_pretrained(fine_tuned_dir)
+    model = TFAutoModelForSequenceClassification.from_pretrained(fine_tuned_dir)
+    correct = 0
+    for row in rows:
+        inputs = tokenizer([row["text"]], padding="max_length", truncation=True, max_length=32, return_tensors="tf")
+        logits = model(dict(inputs), training=False).logits
+        correct += model.config.id2label[int(np.argmax(logits[0]))] == row["category"]
+    results = json.loads((fine_tuned_dir / "eval_results.json").read_text())
+    assert len(rows) == TEST_EXAMPLES == results["test"]["num_examples"]
+    assert round(results["test"]["accuracy"] * TEST_EXAMPLES) == correct
+
+
+def test_evaluation_batches_hold_every_example_once_with_weight_one():
+    features = {"input_ids": np.arange(37 * 4).reshape(37, 4), "attention_mask": np.ones((37, 4), dtype=int)}
+    batches = list(evaluation_dataset(features, np.arange(37) % 3, global_batch_size=8).as_numpy_iterator())
+    assert len(batches) == 5 and all(len(labels) == 8 for _, labels, _ in batches)  # 37 filled up to 40.
+    weights = np.concatenate([weights for _, _, weights in batches])
+    rows = np.concatenate([batch["input_ids"][:, 0] // 4 for batch, _, _ in batches])
+    assert list(rows[weights == 1]) == list(range(37)) and weights.sum() == 37
+
+
+def test_stratified_split_keeps_every_label_on_both_sides():
+    labels = ["a"] * 50 + ["b"] * 9 + ["c"] * 2 + ["d"]
+    train, validation = stratified_split(labels, 10, seed=0)
+    assert sorted(train + validation) == list(range(len(labels)))
+    held_out = [labels[i] for i in validation]
+    assert held_out.count("a") == 5 and held_out.count("b") == 1 and held_out.count("c") == 1
+    assert "d" not in held_out  # A single example stays in training.
+    assert {labels[i] for i in train} == {"a", "b", "c", "d"}
+    assert stratified_split(labels, 10, seed=0) == (train, validation)
+    assert stratified_split(labels, 10, seed=1) != (train, validation)
+
+
+def test_class_label_columns_give_label_names(tmp_path):
+    # As in the Hub's BANKING77: labels stored as integers, their names in the dataset's features. Parquet keeps
+    # the features; a local folder read as a dataset stands in for the Hub (offline).
+    import datasets
+
+    features = datasets.Features({"text": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["card_arrival", "exchange_rate"])})
+    datasets.Dataset.from_dict({"text": ["where is my card", "euro rate?", "rate today"], "label": [0, 1, 1]},
+                               features=features).to_parquet(tmp_path / "train.parquet")
+    expected = {"train": (["where is my card", "euro rate?", "rate today"],
+                          ["card_arrival", "exchange_rate", "exchange_rate"])}
+    args = argparse.Namespace(train_file=None, validation_file=None, test_file=None, dataset_name=None,
+                              dataset_config=None, text_column="text", label_column="label")
+    assert load_splits(argparse.Namespace(**{**vars(args), "train_file": str(tmp_path / "train.parquet")})) == expected
+    assert load_splits(argparse.Namespace(**{**vars(args), "dataset_name": str(tmp_path)})) == expected
+
+
+def test_classification_metrics():
+    names = ["x", "y", "z"]
+    metrics = classification_metrics(np.array([0, 0, 1, 1, 2]), np.array([0, 1, 1, 1, 0]), names,
+                                     train_label_ids=np.array([1, 1, 0]))
+    assert metrics["accuracy"] == pytest.approx(3 / 5)
+    # F1: x 2·1/(2+2) = 0.5, y 2·2/(2+3) = 0.8, z 0.
+    assert metrics["macro_f1"] == pytest.approx((0.5 + 0.8 + 0) / 3)
+    assert metrics["majority_class_accuracy"] == pytest.approx(2 / 5)  # Always "y", the most frequent in training.
+    assert [c["label"] for c in metrics["worst_classes"]] == ["z", "x", "y"]
+    assert metrics["most_confused"] == [{"label": "x", "predicted": "y", "count": 1},
+                                        {"label": "z", "predicted": "x", "count": 1}]
+
+
+def without_dropout(model_dir, tmp_path):
+    """A copy of a model folder with dropout off, so that training is deterministic (XLA ignores dropout seeds)."""
+    copy = tmp_path / "no-dropout"
+    shutil.copytree(model_dir, copy, ignore=shutil.ignore_patterns("checkpoints", "logs"))
+    config = json.loads((copy / "config.json").read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    (copy / "config.json").write_text(json.dumps(config))
+    return copy
+
+
+def test_two_cpu_replicas_match_one(pretrained_model_dir, tmp_path):
+    # The same global batch of 16: 16 on one replica, or 8 on each of two.
+    model_dir = without_dropout(pretrained_model_dir, tmp_path)
+    results = {}
+    for replicas in (1, 2):
+        output_dir = tmp_path / f"replicas-{replicas}"
+        result = run_script("run_classification.py", *fine_tune_args(model_dir, output_dir), "--num_epochs", 2,
+                            "--num_cpu_replicas", replicas, "--per_replica_batch_size", 16 // replicas)
+        assert f"MirroredStrategy with {replicas} replica(s) on 1 host(s); global batch 16" in result.stderr
+        results[replicas] = json.loads((output_dir / "eval_results.json").read_text())
+    one, two = results[1], results[2]
+    assert two["num_replicas"] == 2 and two["test"]["num_examples"] == TEST_EXAMPLES
+    for name in ("loss", "val_loss"):
+        assert two["history"][name] == pytest.approx(one["history"][name], rel=1e-4)
+    for split in ("validation", "test"):
+        assert two[split]["accuracy"] == one[split]["accuracy"]
+
+
+def write_csv(path, rows):
+    path.write_text("text,category\n" + "".join(f"{text},{label}\n" for text, label in rows))
+    return path
+
+
+def assert_fails(args, *messages):
+    result = run_script("run_classification.py", *args, expect_failure=True)
+    for message in messages:
+        assert message in result.stderr, result.stderr[-3000:]
+    assert "Model:" not in result.stderr  # Before building the model.
+
+
+def test_bad_data(pretrained_model_dir, tmp_path):
+    args = fine_tune_args(pretrained_model_dir, tmp_path / "model")
+    assert_fails([*args, "--label_column", "intent"], "the train data has no column 'intent'",
+                 "['text', 'category']", "--label_column")
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    assert_fails([*args, "--train_file", empty], f"cannot read the train file '{empty}'", "No columns to parse")
+    header_only = write_csv(tmp_path / "header.csv", [])
+    assert_fails([*args, "--test_file", header_only], f"the test file '{header_only}' holds no examples")
+    one_class = write_csv(tmp_path / "one.csv", [(f"query {i}", "card_arrival") for i in range(10)])
+    assert_fails([*args, "--train_file", one_class], "one label only ('card_arrival')")
+    unseen = write_csv(tmp_path / "unseen.csv", [("where is my card", "card_arrival"), ("hi", "greeting")])
+    assert_fails([*args, "--validation_file", unseen],
+                 "the validation data has labels that the training data does not: ['greeting']")
+
+
+def test_bad_model(pretrained_model_dir, tokenizer_dir, tmp_path):
+    args = fine_tune_args(pretrained_model_dir, tmp_path / "model")
+    assert_fails([*args, "--max_length", 65], "--max_length 65 is beyond what the model can read",
+                 "66 position embeddings, enough for 64 tokens")
+    assert_fails([*args, "--model_name_or_path", tokenizer_dir], f"'{tokenizer_dir}' is not a model folder")
+    encoder_only = tmp_path / "encoder-only"
+    shutil.copytree(pretrained_model_dir, encoder_only, ignore=shutil.ignore_patterns("checkpoints", "logs"))
+    config = json.loads((encoder_only / "config.json").read_text())
+    (encoder_only / "config.json").write_text(json.dumps({**config, "architectures": ["RobertaForCausalLM"]}))
+    assert_fails([*args, "--model_name_or_path", encoder_only],
+                 "holds a ['RobertaForCausalLM'] model, not a masked-LM or sequence-classification model")
+
+
+def test_fine_tuned_model_needs_the_same_labels(fine_tuned_dir, tmp_path):
+    other_labels = write_csv(tmp_path / "other.csv", [(f"query {i}", f"intent_{i % 2}") for i in range(10)])
+    args = fine_tune_args(fine_tuned_dir, tmp_path / "model")
+    assert_fails([*args, "--train_file", other_labels, "--test_file", other_labels],
+                 "is a classification model for other labels")
