@@ -23,9 +23,10 @@ accuracy, macro-F1, the majority-class baseline, the F1 of the five worst classe
 pairs, in {output_dir}/eval_results.json and in TensorBoard ({output_dir}/logs). The model and the tokenizer are
 saved to --output_dir, ready for `pipeline("text-classification", model=output_dir, framework="tf", dtype=None)`.
 
-Example (BANKING77 from local CSV files, on a CPU):
+Example (BANKING77 from local CSV files, on a CPU, for the demo's small model):
     python run_classification.py --model_name_or_path mlm-model --train_file banking77/train.csv \\
-        --test_file banking77/test.csv --label_column category --output_dir banking77-model --no_tpu
+        --test_file banking77/test.csv --label_column category --learning_rate 1e-3 --num_epochs 4 \\
+        --output_dir banking77-model --no_tpu
 """
 
 import argparse
