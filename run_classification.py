@@ -23,9 +23,10 @@ accuracy, macro-F1, the majority-class baseline, the F1 of the five worst classe
 pairs, in {output_dir}/eval_results.json and in TensorBoard ({output_dir}/logs). The model and the tokenizer are
 saved to --output_dir, ready for `pipeline("text-classification", model=output_dir, framework="tf", dtype=None)`.
 
-Example (BANKING77 from local CSV files, on a CPU):
+Example (BANKING77 from local CSV files, on a CPU, for the demo's small model):
     python run_classification.py --model_name_or_path mlm-model --train_file banking77/train.csv \\
-        --test_file banking77/test.csv --label_column category --output_dir banking77-model --no_tpu
+        --test_file banking77/test.csv --label_column category --learning_rate 1e-3 --num_epochs 4 \\
+        --output_dir banking77-model --no_tpu
 """
 
 import argparse
@@ -138,6 +139,17 @@ def parse_args():
 # Data
 
 
+def file_format(data_files):
+    """The 🤗 Datasets builder that reads the local `data_files` ({split: [path]}): "csv" for CSV files, else the
+    JSON-lines or Parquet builder that utils.data_files_format finds, with its checks."""
+    if not all(path.lower().endswith(".csv") for paths in data_files.values() for path in paths):
+        return data_files_format(data_files)
+    for split, paths in data_files.items():
+        if not os.path.isfile(paths[0]):
+            raise SystemExit(f"error: the {split} file {paths[0]!r} does not exist.")
+    return "csv"
+
+
 def load_splits(args):
     """{split: (texts, label names)} for the splits given (train always), as lists of strings."""
     import datasets  # Imported here, after the checks of the arguments: it is slow to import.
@@ -146,7 +158,7 @@ def load_splits(args):
         paths = {split: getattr(args, f"{split}_file") for split in SPLITS if getattr(args, f"{split}_file")}
         # 🤗 Datasets reads local files: gs:// files are copied to a temporary folder first.
         data_files = {split: [local_copy(path)] for split, path in paths.items()}
-        builder = data_files_format(data_files)
+        builder = file_format(data_files)
         splits = {}
         for split, files in data_files.items():
             try:

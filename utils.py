@@ -7,8 +7,8 @@
   marker of a split folder still being written, and the fingerprint of a tokenizer's vocabulary that the manifest
   records and run_mlm.py checks.
 - Loading a tokenizer with AutoTokenizer, with a clear error for a folder that does not exist.
-- Which file format a data file is (also for run_classification.py's CSV files), and which models number positions
-  from an offset (run_mlm.py and run_classification.py check --max_length against them).
+- Which models number positions from an offset (run_mlm.py and run_classification.py check --max_length against
+  them).
 - Guarding an output folder against being overwritten by accident.
 - Google Cloud Storage: checking a gs:// path before any long work, and copying the folders that 🤗 libraries
   read or write on local disk only (tokenizers, configs, saved models) from and to gs://.
@@ -49,8 +49,7 @@ TOKEN_COUNTS_NAME = "token_counts.json"
 INCOMPLETE_MARKER_NAME = "INCOMPLETE"
 
 # Which 🤗 Datasets builder reads a local file, by its extension.
-FILE_BUILDERS = {".txt": "text", ".text": "text", ".json": "json", ".jsonl": "json", ".parquet": "parquet",
-                 ".csv": "csv"}
+FILE_BUILDERS = {".txt": "text", ".text": "text", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
 # RoBERTa-style models number positions from pad_token_id + 1, so they need that many more position embeddings
 # than the longest sequence (RoBERTa-base: 514 for 512 tokens).
@@ -248,8 +247,7 @@ def text_batches(*, text_column, batch_size, limit=None, data_files=None, **hub_
 
 
 def data_files_format(data_files):
-    """The 🤗 Datasets builder ("text", "json", "csv" or "parquet") that reads every file of `data_files`
-    ({split: [paths]}).
+    """The 🤗 Datasets builder ("text", "json" or "parquet") that reads every file of `data_files` ({split: [paths]}).
 
     Raises SystemExit, with a message that says what to do, for a missing file, an unknown extension or a mix of
     formats.
@@ -262,11 +260,11 @@ def data_files_format(data_files):
                 raise SystemExit(
                     f"error: cannot read {path!r}: unknown extension {extension!r}. "
                     f"Use text ({', '.join(e for e, b in FILE_BUILDERS.items() if b == 'text')}), "
-                    f"JSON lines (.json, .jsonl), CSV (.csv) or Parquet (.parquet) files.")
+                    f"JSON lines (.json, .jsonl) or Parquet (.parquet) files.")
             if is_gcs_path(path) and FILE_BUILDERS[extension] != "text":
                 raise SystemExit(
-                    f"error: cannot read {path!r}: JSON-lines, CSV and Parquet files are read from local disk only. "
-                    "Copy them first (`gcloud storage cp`), or use text files, which are read from gs:// directly.")
+                    f"error: cannot read {path!r}: JSON-lines and Parquet files are read from local disk only. Copy "
+                    "them first (`gcloud storage cp`), or use text files, which are read from gs:// directly.")
             if is_gcs_path(path):
                 bucket, name = split_gcs_path(path)
                 exists = gcs_client().bucket(bucket).blob(name).exists()

@@ -26,7 +26,7 @@ def fine_tune_args(model_dir, output_dir):
 @pytest.fixture(scope="module")
 def fine_tuned_dir(pretrained_model_dir, tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("fine-tuned") / "model"
-    run_script("run_classification.py", *fine_tune_args(pretrained_model_dir, output_dir), "--num_epochs", 10)
+    run_script("run_classification.py", *fine_tune_args(pretrained_model_dir, output_dir), "--num_epochs", 30)
     return output_dir
 
 
@@ -171,6 +171,8 @@ def test_bad_data(pretrained_model_dir, tmp_path):
     args = fine_tune_args(pretrained_model_dir, tmp_path / "model")
     assert_fails([*args, "--label_column", "intent"], "the train data has no column 'intent'",
                  "['text', 'category']", "--label_column")
+    nowhere = tmp_path / "nowhere.csv"
+    assert_fails([*args, "--test_file", nowhere], f"the test file '{nowhere}' does not exist")
     empty = tmp_path / "empty.csv"
     empty.write_text("")
     assert_fails([*args, "--train_file", empty], f"cannot read the train file '{empty}'", "No columns to parse")
