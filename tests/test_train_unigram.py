@@ -101,10 +101,10 @@ def test_input_with_only_blank_records_fails_clearly(tmp_path):
 
 
 def test_unknown_file_type_and_missing_file(tmp_path):
-    (tmp_path / "data.xml").write_text("<text>hello</text>\n")
-    result = run_script("train_unigram.py", "--train_file", tmp_path / "data.xml", "--output_dir",
+    (tmp_path / "data.csv").write_text("text\nhello\n")
+    result = run_script("train_unigram.py", "--train_file", tmp_path / "data.csv", "--output_dir",
                         tmp_path / "out", expect_failure=True)
-    assert "unknown extension '.xml'" in result.stderr
+    assert "unknown extension '.csv'" in result.stderr
     result = run_script("train_unigram.py", "--train_file", tmp_path / "nope.txt", "--output_dir",
                         tmp_path / "out", expect_failure=True)
     assert "does not exist" in result.stderr
