@@ -988,11 +988,13 @@ def main():
                     (step - first_step) * plan.global_batch_size / seconds)
     logger.info("Weights fingerprint: %s", weights_fingerprint(mlm))
 
+    # Below a tenth of a nat, the model has learned token frequencies and next to nothing from the context.
     beyond_frequency = results.get("final_eval", {}).get("nats_beyond_frequency")
-    if beyond_frequency is not None and beyond_frequency <= 0:
-        logger.warning("The model predicts masked tokens no better than a table of token frequencies does "
-                       "(%.3f nats at <mask> positions): it has not learned from context yet. Train longer (more "
-                       "steps, or a larger batch), or with a higher --learning_rate.", beyond_frequency)
+    if beyond_frequency is not None and beyond_frequency < 0.1:
+        logger.warning("At <mask> positions, the model predicts tokens %s a table of token frequencies does "
+                       "(%+.3f nats): it has learned next to nothing from the context yet. Train longer, or with "
+                       "another recipe (learning rate, batch size, masking rate).",
+                       "worse than" if beyond_frequency < 0 else "barely better than", beyond_frequency)
     if not is_chief:
         tf.io.gfile.rmtree(manager.directory)
         return
