@@ -46,7 +46,7 @@ from transformers import AutoConfig, AutoTokenizer, TFAutoModelForSequenceClassi
 
 from utils import (MODELS_WITH_POSITION_OFFSET, add_hardware_arguments, check_gcs_path, check_output_dir,
                    choose_strategy, count_hosts, data_files_format, is_gcs_path, local_copy, push_folder_to_hub,
-                   split_cpu, strategy_name, upload_to_gcs)
+                   strategy_name, upload_to_gcs)
 
 logger = logging.getLogger("run_classification")
 
@@ -505,9 +505,7 @@ def main():
     for path in (args.train_file, args.validation_file, args.test_file, args.model_name_or_path):
         check_gcs_path(path)
     check_gcs_path(args.output_dir, write=True)
-    # The strategy comes before any TensorFlow op: MultiWorkerMirroredStrategy sets up collective ops at start-up.
-    split_cpu(args.num_cpu_replicas)
-    strategy, on_tpu = choose_strategy(args)
+    strategy, on_tpu = choose_strategy(args)  # Before any TensorFlow op.
     keras.utils.set_random_seed(args.seed)
 
     # Check the model folder and the data before building anything, so that mistakes cost seconds, not minutes.

@@ -62,8 +62,8 @@ from transformers import AutoConfig, TFAutoModelForMaskedLM, create_optimizer
 
 from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MODELS_WITH_POSITION_OFFSET, SHARD_NAME_PATTERN,
                    TOKEN_COUNTS_NAME, add_hardware_arguments, check_gcs_path, choose_strategy, count_hosts,
-                   host_addresses, is_gcs_path, load_auto_tokenizer, local_copy, push_folder_to_hub, split_cpu,
-                   strategy_name, upload_to_gcs, vocabulary_fingerprint)
+                   host_addresses, is_gcs_path, load_auto_tokenizer, local_copy, push_folder_to_hub, strategy_name,
+                   upload_to_gcs, vocabulary_fingerprint)
 
 logger = logging.getLogger("run_mlm")
 
@@ -841,9 +841,7 @@ def main():
     for path in (args.train_dataset, args.eval_dataset, args.tokenizer, args.pretrained_model_config):
         check_gcs_path(path)
     check_gcs_path(args.output_dir, write=True)
-    # The strategy comes before any TensorFlow op: MultiWorkerMirroredStrategy sets up collective ops at start-up.
-    split_cpu(args.num_cpu_replicas)
-    strategy, on_tpu = choose_strategy(args)
+    strategy, on_tpu = choose_strategy(args)  # Before any TensorFlow op.
     keras.utils.set_random_seed(args.seed)
 
     # Check the data and the config before building anything, so that mistakes cost seconds, not minutes.

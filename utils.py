@@ -634,7 +634,9 @@ def split_cpu(num_replicas):
 
 
 def choose_strategy(args, root="/"):
-    """The tf.distribute strategy for this machine, and whether it is a TPU one.
+    """The tf.distribute strategy for this machine, and whether it is a TPU one. Call it before any TensorFlow op:
+    the CPU is split into --num_cpu_replicas devices first, and MultiWorkerMirroredStrategy sets up its collective
+    ops at start-up.
 
     TPUStrategy on a TPU VM's own chips (--tpu_name local, the default when sysfs shows chips) or on a named TPU
     Node or pod slice; MultiWorkerMirroredStrategy when TF_CONFIG describes a cluster; otherwise MirroredStrategy
@@ -643,6 +645,7 @@ def choose_strategy(args, root="/"):
     """
     import tensorflow as tf
 
+    split_cpu(args.num_cpu_replicas)
     chips = {} if args.no_tpu else local_tpu_chips(root)
     tpu_name = args.tpu_name or ("local" if chips else None)
     if tpu_name:

@@ -37,7 +37,8 @@ def fake_v4_host(root):
 
 
 def hardware_args(**flags):
-    return argparse.Namespace(**{"tpu_name": None, "tpu_zone": None, "gcp_project": None, "no_tpu": False, **flags})
+    return argparse.Namespace(**{"tpu_name": None, "tpu_zone": None, "gcp_project": None, "no_tpu": False,
+                                 "num_cpu_replicas": 1, **flags})
 
 
 def test_tpu_chips_are_found_in_sysfs(tmp_path):
