@@ -244,13 +244,8 @@ def read_frequency_table(files, tokenizer):
         logger.warning("No %s beside the training shards: the metrics leave out the token-frequency baseline. "
                        "Write the shards again with prepare_tfrecord_shards.py to have it.", TOKEN_COUNTS_NAME)
         return None
-    with tf.io.gfile.GFile(path) as f:
-        token_counts = json.load(f)
-    if len(token_counts) != len(tokenizer):
-        raise SystemExit(f"error: {path!r} counts {len(token_counts)} token ids, but the tokenizer has "
-                         f"{len(tokenizer)}: the shards were written with another tokenizer. Pass the tokenizer "
-                         "they were written with, or write the shards again.")
-    return frequency_log_probs(token_counts, tokenizer.all_special_ids)
+    with tf.io.gfile.GFile(path) as f:  # One count per token id: find_shards has checked the vocabulary.
+        return frequency_log_probs(json.load(f), tokenizer.all_special_ids)
 
 
 def refuse_interrupted_split(folder):
