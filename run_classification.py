@@ -46,7 +46,7 @@ from transformers import AutoConfig, AutoTokenizer, TFAutoModelForSequenceClassi
 
 from utils import (MODELS_WITH_POSITION_OFFSET, add_hardware_arguments, check_gcs_path, check_output_dir,
                    choose_strategy, count_hosts, data_files_format, is_gcs_path, local_copy, push_folder_to_hub,
-                   strategy_name, upload_to_gcs)
+                   strategy_name, upload_to_gcs, use_jit_compile)
 
 logger = logging.getLogger("run_classification")
 
@@ -525,7 +525,7 @@ def main():
 
     if args.bfloat16:
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    jit_compile = args.jit_compile and not on_tpu
+    jit_compile = use_jit_compile(args, on_tpu)
     logger.info("Strategy: %s with %d replica(s) on %d host(s); global batch %d; XLA %s; %s",
                 strategy_name(strategy), strategy.num_replicas_in_sync, count_hosts(strategy),
                 args.per_replica_batch_size * strategy.num_replicas_in_sync,

@@ -63,7 +63,7 @@ from transformers import AutoConfig, TFAutoModelForMaskedLM, create_optimizer
 from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MODELS_WITH_POSITION_OFFSET, SHARD_NAME_PATTERN,
                    TOKEN_COUNTS_NAME, add_hardware_arguments, check_gcs_path, choose_strategy, count_hosts,
                    host_addresses, is_gcs_path, load_auto_tokenizer, local_copy, push_folder_to_hub, strategy_name,
-                   upload_to_gcs, vocabulary_fingerprint)
+                   upload_to_gcs, use_jit_compile, vocabulary_fingerprint)
 
 logger = logging.getLogger("run_mlm")
 
@@ -103,6 +103,11 @@ def parse_args():
     model.add_argument("--config_overrides",
                        help="Comma-separated changes to the config, e.g. "
                             "hidden_size=256,num_hidden_layers=4,num_attention_heads=4,intermediate_size=1024.")
+    model.add_argument("--output_bias", choices=["frequencies", "zeros"], default="frequencies",
+                       help="Initial bias of the LM head's output layer: `frequencies`, the log-frequency of each "
+                            "token in the training shards (their token_counts.json), so that the model starts "
+                            "where a table of token frequencies stands instead of spending its first steps "
+                            "learning it; `zeros`, as 🤗 Transformers initialises it (default: %(default)s).")
 
     training = parser.add_argument_group("training")
     training.add_argument("--per_replica_batch_size", type=int, default=8,
@@ -464,6 +469,15 @@ def load_config(args, tokenizer):
             f"config has max_position_embeddings={config.max_position_embeddings}. Lower --max_length, or add "
             f"max_position_embeddings={args.max_length + offset} to --config_overrides.")
     return config
+
+
+def start_from_token_frequencies(mlm, log_probs):
+    """Sets the output bias of the LM head to the tokens' log-frequencies. With the small random weights of a new
+    model, its first predictions are then the frequency table's, the best a model can do without the context, and
+    every gradient step goes to learning from the context. Special tokens, never a label (-inf in the table), get
+    the lowest finite value: a finite bias keeps the logits finite, in bfloat16 too."""
+    finite = np.isfinite(log_probs)
+    mlm.get_lm_head().get_bias()["bias"].assign(np.where(finite, log_probs, log_probs[finite].min()))
 
 
 class Perplexity(keras.metrics.Mean):
@@ -857,7 +871,7 @@ def main():
         check_paths_for_pod(args, plan.num_hosts)
     if args.bfloat16:
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    jit_compile = args.jit_compile and not on_tpu
+    jit_compile = use_jit_compile(args, on_tpu)
     logger.info("Strategy: %s with %d replica(s) on %d host(s); global batch %d (%d per replica x %d replicas x %d "
                 "accumulation steps); XLA %s; %s", strategy_name(strategy), strategy.num_replicas_in_sync,
                 plan.num_hosts, plan.global_batch_size, args.per_replica_batch_size, strategy.num_replicas_in_sync,
@@ -890,8 +904,11 @@ def main():
         optimizer, schedule = create_optimizer(init_lr=args.learning_rate, num_train_steps=plan.total_steps,
                                                num_warmup_steps=plan.warmup_steps,
                                                weight_decay_rate=args.weight_decay_rate)
+        frequency_table = read_frequency_table(train_files, tokenizer)
+        if args.output_bias == "frequencies" and frequency_table is not None:
+            start_from_token_frequencies(mlm, frequency_table)  # A checkpoint restored below replaces it.
         trainer = MaskedLMTrainer(mlm, tokenizer.mask_token_id, args.gradient_accumulation_steps, jit_compile,
-                                  frequency_log_probs=read_frequency_table(train_files, tokenizer))
+                                  frequency_log_probs=frequency_table)
         trainer.compile(optimizer=optimizer, steps_per_execution=args.steps_per_execution)
         checkpoint = tf.train.Checkpoint(model=mlm, optimizer=optimizer)
         latest_checkpoint = None if args.overwrite else tf.train.latest_checkpoint(checkpoint_dir)

@@ -487,11 +487,14 @@ def add_hardware_arguments(parser):
                           help="Mixed precision: compute in bfloat16, keep weights in float32. Fast on TPUs and "
                                "recent GPUs (A100, H100); slow on CPUs.")
     # Both spellings of the negative flag: argparse's BooleanOptionalAction would only accept --no-jit_compile.
-    hardware.add_argument("--jit_compile", action="store_true", default=True,
-                          help="On CPUs and GPUs, compile each replica's forward and backward pass with XLA "
-                               "(default: on). TPUs always compile everything with XLA.")
+    # The default (None) depends on the device: see use_jit_compile.
+    hardware.add_argument("--jit_compile", action="store_true", default=None,
+                          help="Compile each replica's forward and backward pass with XLA. Default: on with GPUs, "
+                               "off on a CPU, where XLA measured slower for these models (benchmarks/README.md); "
+                               "pass it there to rehearse a TPU's compilation. TPUs always compile everything "
+                               "with XLA, whatever the flag.")
     hardware.add_argument("--no_jit_compile", "--no-jit_compile", dest="jit_compile", action="store_false",
-                          help="Run the forward and backward pass without XLA on CPUs and GPUs.")
+                          help="Run the forward and backward pass without XLA, on GPUs too.")
     return hardware
 
 
@@ -640,8 +643,9 @@ def choose_strategy(args, root="/"):
 
     TPUStrategy on a TPU VM's own chips (--tpu_name local, the default when sysfs shows chips) or on a named TPU
     Node or pod slice; MultiWorkerMirroredStrategy when TF_CONFIG describes a cluster; otherwise MirroredStrategy
-    over the GPUs, or the CPU. A machine with TPU chips never falls back to its CPU silently: if TensorFlow cannot
-    use them, the script stops and says why. `root` lets tests point at a fake sysfs.
+    over several GPUs (or CPU replicas), OneDeviceStrategy on one GPU or the CPU. A machine with TPU chips never
+    falls back to its CPU silently: if TensorFlow cannot use them, the script stops and says why. `root` lets
+    tests point at a fake sysfs.
     """
     import tensorflow as tf
 
@@ -667,8 +671,26 @@ def choose_strategy(args, root="/"):
                 + "To train on GPUs or the CPU instead, leave out --tpu_name or pass --no_tpu.") from err
     if "TF_CONFIG" in os.environ:
         return tf.distribute.MultiWorkerMirroredStrategy(), False
-    devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
-    return tf.distribute.MirroredStrategy([device.name for device in devices]), False
+    devices = [device.name for device in tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")]
+    if len(devices) == 1:
+        # MirroredStrategy over a single device still pays for its cross-replica machinery on every step (20 to
+        # 35 % of a small model's step on a CPU, benchmarks/README.md); OneDeviceStrategy keeps the same code path
+        # (scope, distributed datasets, replica context) without it.
+        return tf.distribute.OneDeviceStrategy(devices[0]), False
+    return tf.distribute.MirroredStrategy(devices), False
+
+
+def use_jit_compile(args, on_tpu):
+    """Whether to XLA-compile each replica's forward and backward pass: --jit_compile/--no_jit_compile if given,
+    else on with GPUs (where XLA's fused kernels pay) and off on a CPU (where they measured slower). On a TPU the
+    whole step is compiled by XLA anyway, and compiling part of it again inside would gain nothing."""
+    import tensorflow as tf
+
+    if on_tpu:
+        return False
+    if args.jit_compile is not None:
+        return args.jit_compile
+    return bool(tf.config.list_logical_devices("GPU"))
 
 
 def count_hosts(strategy):

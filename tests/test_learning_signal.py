@@ -8,7 +8,7 @@ import tensorflow as tf
 import tf_keras as keras
 from transformers import RobertaConfig, TFAutoModelForMaskedLM
 
-from run_mlm import MaskedLMTrainer, frequency_log_probs, mask_tokens
+from run_mlm import MaskedLMTrainer, frequency_log_probs, mask_tokens, start_from_token_frequencies
 
 SPECIAL_IDS = [0, 1, 2, 3, 4]  # <s>, <pad>, </s>, <unk>, <mask>, as train_unigram.py lays them out.
 MASK_ID = 4
@@ -78,3 +78,22 @@ def test_a_model_learns_far_beyond_token_frequency_where_the_context_tells():
     assert before["nats_beyond_frequency"] < 0.5
     assert after["nats_beyond_frequency"] > 2.5, after
     assert after["accuracy_at_mask"] > 0.8 > 0.1 > after["frequency_accuracy_at_mask"]
+
+
+def test_a_new_model_starts_at_the_frequency_table_with_the_output_bias_set_from_it():
+    keras.utils.set_random_seed(0)
+    # Ordinary ids of very unequal frequencies: a model that has not learned them is far worse than the table.
+    rng = np.random.default_rng(3)
+    ids = rng.choice(np.arange(5, 45), p=np.arange(1, 41) ** 3 / np.sum(np.arange(1, 41) ** 3), size=(64, 16))
+    rows = tf.constant(np.concatenate([np.zeros((64, 1)), ids, np.full((64, 1), 2)], axis=1), tf.int32)
+    batch = mask_tokens(rows, tf.constant([0, 0], tf.int64), mask_token_id=MASK_ID, special_token_ids=SPECIAL_IDS,
+                        vocab_size=45, mlm_probability=0.15, max_predictions=4)
+    batch["attention_mask"] = tf.ones_like(rows)
+    log_probs = frequency_log_probs(np.bincount(rows.numpy().ravel(), minlength=45), SPECIAL_IDS)
+    trainer = MaskedLMTrainer(tiny_mlm(45, 18), MASK_ID, frequency_log_probs=log_probs)
+    trainer.compile()
+    at_zero = trainer.evaluate(tf.data.Dataset.from_tensors(batch), return_dict=True, verbose=0)
+    start_from_token_frequencies(trainer.mlm, log_probs)
+    at_table = trainer.evaluate(tf.data.Dataset.from_tensors(batch), return_dict=True, verbose=0)
+    assert at_zero["nats_beyond_frequency"] < -0.5, at_zero
+    assert abs(at_table["nats_beyond_frequency"]) < 0.05, at_table

@@ -15,7 +15,7 @@ from conftest import MAX_LENGTH
 from helpers import REPO
 from run_mlm import check_paths_for_pod, find_shards, make_dataset
 from utils import (TensorFlowBuild, choose_strategy, explain_unusable_tpu, local_tpu_chips, tensorflow_build,
-                   tpu_holders)
+                   tpu_holders, use_jit_compile)
 
 MASKING = dict(mask_token_id=4, special_token_ids=[0, 1, 2, 3, 4], vocab_size=1000, mlm_probability=0.15)
 
@@ -68,9 +68,12 @@ def test_a_machine_with_tpu_chips_never_trains_on_its_cpu_by_default(tmp_path):
     assert f"the installed TensorFlow, tensorflow {metadata.version('tensorflow')}, is built for CPUs and GPUs " \
            "only: it cannot load the TPU runtime" in message
     assert "make install-tpu" in message and "--no_tpu" in message
-    # --no_tpu is the user's explicit choice of the CPU.
+    # --no_tpu is the user's explicit choice of the CPU: one device, so no MirroredStrategy, and no XLA by default.
     strategy, on_tpu = choose_strategy(hardware_args(no_tpu=True), root=root)
-    assert isinstance(strategy, tf.distribute.MirroredStrategy) and not on_tpu
+    assert isinstance(strategy, tf.distribute.OneDeviceStrategy) and not on_tpu
+    assert use_jit_compile(hardware_args(jit_compile=None), on_tpu) is False
+    assert use_jit_compile(hardware_args(jit_compile=True), on_tpu) is True  # Rehearsing a TPU's XLA on the CPU.
+    assert use_jit_compile(hardware_args(jit_compile=True), on_tpu=True) is False  # All of it is XLA there.
     # Without chips, GPUs or the CPU, as before; a TPU named on such a machine must be found.
     assert not choose_strategy(hardware_args(), root=tmp_path / "nothing")[1]
     with pytest.raises(SystemExit, match="This machine has no TPU chips: --tpu_name local works on a TPU VM only"):
