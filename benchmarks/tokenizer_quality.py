@@ -78,7 +78,7 @@ def spm_tokens(processor, lines):
     return tokens
 
 
-def run_variant(variant, train_file, validation_file, vocab_size, hf_n_sub_iterations, sample_size):
+def run_variant(variant, train_file, validation_file, vocab_size, hf_n_sub_iterations, sample_size, seed):
     """Trains one variant and measures it; runs in a process of its own."""
     import sentencepiece as spm
     sys.path.insert(0, str(REPO))
@@ -101,7 +101,9 @@ def run_variant(variant, train_file, validation_file, vocab_size, hf_n_sub_itera
         tokens = spm_tokens(processor, validation)
     else:
         if variant == "train_unigram":
-            tokenizer = train_unigram.train_tokenizer(iter(lines), vocab_size, sample_size)
+            if sample_size:  # As train_unigram.py --sample_size --seed draws it.
+                lines, _ = train_unigram.reservoir_sample([lines], sample_size, seed)
+            tokenizer = train_unigram.train_tokenizer(iter(lines), vocab_size)
         else:
             tokenizer = train_hf(lines, vocab_size, hf_n_sub_iterations if variant == "hf-subiter" else 2)
         seconds, peak = time.perf_counter() - start, peak_rss_mib()  # Before encoding, which needs memory too.
@@ -127,19 +129,22 @@ def main():
     parser.add_argument("--hf_n_sub_iterations", type=int, default=5,
                         help="EM steps between prunings for hf-subiter (🤗's default is 2; default: %(default)s).")
     parser.add_argument("--sample_size", type=int, default=0,
-                        help="train_unigram trains on a random sample of this many lines (default: all).")
+                        help="train_unigram trains on a uniform random sample of this many lines, as "
+                             "train_unigram.py --sample_size draws it (default: all).")
+    parser.add_argument("--seed", type=int, default=42,
+                        help="Seed of that sample (default: %(default)s, train_unigram.py's).")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=VARIANTS)
     args = parser.parse_args()
 
     print(describe_machine())
     print(f"train {args.train_file}, validation {args.validation_file}, vocab_size {args.vocab_size}, "
-          f"sample_size {args.sample_size or 'all'}\n")
+          f"sample_size {args.sample_size or 'all'}" + (f", seed {args.seed}" if args.sample_size else "") + "\n")
     rows = []
     context = multiprocessing.get_context("spawn")  # A fresh interpreter each: its own peak memory.
     for variant in args.variants:
         with context.Pool(1) as pool:
             r = pool.apply(run_variant, (variant, args.train_file, args.validation_file, args.vocab_size,
-                                         args.hf_n_sub_iterations, args.sample_size))
+                                         args.hf_n_sub_iterations, args.sample_size, args.seed))
         rows.append([r["variant"], r["vocab"], f"{r['bare']:.1f} %", f"{r['tokens_per_word']:.3f}",
                      " ".join("yes" if found else "no" for found in r["pieces"]), f"{r['seconds']:.1f}",
                      f"{r['peak']:.0f} ({r['peak'] - r['before']:+.0f})", f"{load_average():.1f}"])

@@ -1,14 +1,22 @@
 """train_unigram.py: the saved tokenizer, its special tokens, its inputs, and its error messages."""
 
+import collections
+import itertools
 import json
+import math
 import re
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 import sentencepiece as spm
 from transformers import AutoTokenizer
 
-from train_unigram import build_tokenizer, tokenizer_from_sentencepiece, train_sentencepiece
+import train_unigram
+from train_unigram import (build_tokenizer, log_one_minus_exp, reservoir_sample, tokenizer_from_sentencepiece,
+                           train_sentencepiece, train_tokenizer)
+from utils import iter_text_file_batches
 
 from conftest import TOKENIZER_LINES
 from helpers import WIKITEXT, run_script
@@ -161,3 +169,110 @@ def test_output_dir_that_is_a_file_is_refused(tmp_path):
                         "--output_dir", tmp_path / "out", expect_failure=True)
     assert f"error: --output_dir '{tmp_path / 'out'}' is a file, not a folder" in result.stderr
     assert "Traceback" not in result.stderr and (tmp_path / "out").read_text() == "a file"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# --sample_size: a uniform random sample of the texts (reservoir_sample)
+
+
+def batched(items, size):
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def assert_within_six_sigma(counts, expected, variance):
+    """Each count within 6 standard deviations of what a uniform sample gives. `variance` is that of a binomial
+    count, which is never below the true one (a sample's members are drawn without replacement): a correct sampler
+    fails with a probability below 2e-9 per count, while a biased one (first texts kept, or last texts favoured)
+    misses by dozens of standard deviations."""
+    for key, count in counts.items():
+        assert abs(count - expected) <= 6 * math.sqrt(variance), (key, count, expected)
+
+
+def test_reservoir_sample_draws_every_set_of_texts_equally_often():
+    # 3 of 8 texts, 56,000 times with a seed each: each of the 56 possible sets should come about 1,000 times.
+    # Batches of 2 make the sample fill up in the middle of a batch.
+    texts, size, trials = [f"text {i}" for i in range(8)], 3, 56_000
+    subsets = list(itertools.combinations(texts, size))
+    counts = collections.Counter({subset: 0 for subset in subsets})
+    for seed in range(trials):
+        sample, num_read = reservoir_sample(batched(texts, 2), size, seed)
+        assert num_read == len(texts) and len(set(sample)) == size
+        counts[tuple(sorted(sample, key=texts.index))] += 1
+    assert len(counts) == len(subsets)
+    p = 1 / len(subsets)
+    assert_within_six_sigma(counts, trials * p, trials * p * (1 - p))
+
+
+def test_reservoir_sample_is_uniform_over_a_long_stream():
+    # 10 of 2,000 texts, where Algorithm L skips most texts: how often each tenth of the stream is in the sample.
+    num_texts, size, trials, bins = 2_000, 10, 3_000, 10
+    texts = list(range(num_texts))
+    counts = collections.Counter({b: 0 for b in range(bins)})
+    for seed in range(trials):
+        sample, _ = reservoir_sample(batched(texts, 7), size, seed)
+        assert len(set(sample)) == size
+        counts.update(text * bins // num_texts for text in sample)
+    p = 1 / bins
+    assert_within_six_sigma(counts, trials * size * p, trials * size * p * (1 - p))
+
+
+def test_reservoir_sample_is_set_by_the_seed_whatever_the_batches():
+    texts = [f"text {i}" for i in range(10_000)]
+    sample, num_read = reservoir_sample(batched(texts, 1000), 100, seed=7)
+    assert num_read == len(texts) and len(sample) == len(set(sample)) == 100
+    for batch_size in (1, 3, 999, 10_000):
+        assert reservoir_sample(batched(texts, batch_size), 100, seed=7) == (sample, num_read)
+    assert reservoir_sample(batched(texts, 1000), 100, seed=8)[0] != sample
+
+
+def test_reservoir_sample_of_a_short_stream_is_all_of_it():
+    texts = ["a", "b", "c"]
+    assert reservoir_sample(batched(texts, 2), 3, seed=0) == (texts, 3)
+    assert reservoir_sample(batched(texts, 2), 5, seed=0) == (texts, 3)
+    assert reservoir_sample([], 5, seed=0) == ([], 0)
+
+
+def test_log_one_minus_exp_is_accurate_at_both_ends():
+    # Where log(1 - exp(x)) computed as written fails (1 - exp(-1e-20) rounds to 0) or loses every digit.
+    assert log_one_minus_exp(-1e-20) == pytest.approx(math.log(1e-20), rel=1e-15)
+    assert log_one_minus_exp(-50.0) == pytest.approx(-math.exp(-50.0), rel=1e-15)
+    assert log_one_minus_exp(-1.0) == pytest.approx(math.log(1 - math.exp(-1.0)), rel=1e-15)
+
+
+def test_sample_size_trains_on_the_sample_of_its_seed(tmp_path):
+    result = run_script("train_unigram.py", "--train_file", WIKITEXT / "train.txt", "--sample_size", 300,
+                        "--seed", 5, "--vocab_size", 300, "--output_dir", tmp_path / "out")
+    non_empty = sum(1 for line in (WIKITEXT / "train.txt").read_text().split("\n") if line.strip())
+    assert f"Read {non_empty} non-empty texts" in result.stderr
+    assert "kept a uniform random sample of 300 (--seed 5)" in result.stderr
+    assert texts_trained_on(result) == 300
+    # The same sample, drawn here in batches of another size, gives the same vocabulary: the script trained on it.
+    sample, _ = reservoir_sample(iter_text_file_batches([WIKITEXT / "train.txt"], 64), 300, seed=5)
+    expected = train_tokenizer(sample, 300)
+    assert AutoTokenizer.from_pretrained(tmp_path / "out").get_vocab() == expected.get_vocab()
+
+
+def test_sample_size_draws_from_the_first_limit_records_of_json_lines(tmp_path):
+    # JSON lines are streamed through 🤗 Datasets, as a Hub dataset is.
+    (tmp_path / "data.jsonl").write_text("\n".join(json.dumps({"text": f"record {i} " + "word " * (i % 9)})
+                                                   for i in range(400)))
+    result = run_script("train_unigram.py", "--train_file", tmp_path / "data.jsonl", "--limit", 150,
+                        "--sample_size", 50, "--vocab_size", 40, "--output_dir", tmp_path / "out")
+    assert "Read 150 non-empty texts" in result.stderr
+    assert "kept a uniform random sample of 50 (--seed 42)" in result.stderr and texts_trained_on(result) == 50
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--sample_size", "0"], "--sample_size must be a positive number, got 0."),
+    (["--sample_size", "-5"], "--sample_size must be a positive number, got -5."),
+    (["--seed", "3"], "--seed sets the sample drawn by --sample_size: give --sample_size too"),
+    (["--sample_size", "10", "--seed", "-1"], "--seed must be 0 or more, got -1."),
+    (["--limit", "0"], "--limit must be a positive number, got 0."),
+    (["--batch_size", "-1"], "--batch_size must be a positive number, got -1."),
+])
+def test_bad_sampling_values_are_refused_clearly(argv, message, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["train_unigram.py", *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        train_unigram.parse_args()
+    assert exit_info.value.code == 2
+    assert f"train_unigram.py: error: {message}" in capsys.readouterr().err
