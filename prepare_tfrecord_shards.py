@@ -5,11 +5,21 @@ Each split (train, validation, ...) is streamed in batches of texts. Empty and w
 every other text is tokenized (the tokenizer of step 1 wraps it in <s> ... </s>), and the tokens of all texts
 are concatenated into one stream that is cut into samples of exactly --max_length tokens. Cutting a stream
 rather than padding or truncating each text keeps every token and wastes no compute on padding; the tokens left
-over at the very end of a split (fewer than --max_length) are dropped and counted in the summary.
+over at the very end of the stream (fewer than --max_length) are dropped and counted in the summary.
+
+Several workers: a split of text files read whole (no --limit) is cut into contiguous parts of whole lines, one
+per worker process (--num_workers; by default one per core, but at most one per 16 MiB of text, so a small corpus
+is one part written by this process). Each worker tokenizes its part as one stream, cuts it and writes its own
+shards. So what changes with more than one part: the tokens left over are dropped at the end of each part, not
+only at the end of the split (at most max_length - 1 tokens per part), and no sample spans two parts. What does
+not: samples keep the order of the text, part after part; every sample is max_length consecutive tokens of the
+text; the shards are numbered across the parts in that order; the manifest counts them exactly. Hub datasets and
+JSON-lines or Parquet files (read through 🤗 Datasets, as one stream) are written by this process alone.
 
 Samples are written --shard_size at a time to {output_dir}/{split}/. Many shards let run_mlm.py read files in
 parallel and give each host of a multi-host job its own files. Memory stays bounded by a few batches of texts
-and their tokens, whatever the size of the corpus and of the shards: samples go to disk as they are made.
+and their tokens in each process, whatever the size of the corpus and of the shards: samples go to disk as they
+are made.
 
 On-disk format, per split folder:
 
@@ -22,15 +32,17 @@ Each record is a serialized tf.train.Example with two int64 features, each a lis
     input_ids       token ids
     attention_mask  all ones (samples are never padded); kept so that readers of the original format work
 
-A shard is written under a temporary name (".tfrecord.tmp" suffix) and renamed once complete, so a file named
-*.tfrecord is never half-written; a split folder that still holds INCOMPLETE (or *.tfrecord.tmp files) was left by
-an interrupted run, and run_mlm.py refuses it. The manifest holds: split, max_length, num_samples, num_tokens,
-dropped_tokens, tokenizer, vocab_size, vocabulary_fingerprint (a hash of every token and its id, which run_mlm.py
-compares with its tokenizer's), and shards (a list of {"file", "num_samples", "num_bytes"}; run_mlm.py checks the
-sizes, so that a truncated shard is found before training).
+A shard is written under a temporary name (part-{part}-{i}.tfrecord.tmp) and renamed once complete (those of the
+first part at once; the others' once every part is written, when their index is known), so a file named *.tfrecord
+is never half-written; a split folder that still holds INCOMPLETE (or *.tfrecord.tmp files) was left by an
+interrupted or failed run, and run_mlm.py refuses it. The manifest holds: split, max_length, num_samples,
+num_tokens, dropped_tokens, num_parts, tokenizer, vocab_size, vocabulary_fingerprint (a hash of every token and its
+id, which run_mlm.py compares with its tokenizer's), and shards (a list of {"file", "num_samples", "num_bytes"};
+run_mlm.py checks the sizes, so that a truncated shard is found before training).
 
-Speed: the tokenizer sets the pace (benchmarks/shard_preparation.py measures it). It tokenizes on all cores, in
-a background thread, while the main thread serializes and writes the samples of the previous batch. For text
+Speed: the tokenizer sets the pace (benchmarks/shard_preparation.py measures it). In each process it tokenizes in
+a background thread (on all cores with one process; on cores / workers threads each with several), while the main
+thread serializes and writes the samples of the previous batch. For text
 files, local output and a tokenizer from train_unigram.py, nothing slow to import is imported: not TensorFlow
 (3.7 s here, longer than tokenizing all of WikiText-2 takes), nor 🤗 Datasets or 🤗 Transformers (over a second
 each). The records are serialized here, with numpy, into the very bytes that tf.io.TFRecordWriter writes for
@@ -50,12 +62,15 @@ import argparse
 import itertools
 import json
 import logging
+import multiprocessing
 import os
 import queue
 import shutil
 import struct
 import threading
 import time
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 
 import google_crc32c
 import numpy as np
@@ -63,7 +78,8 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, SHARD_NAME, TOKEN_COUNTS_NAME, add_corpus_arguments,
-                   check_gcs_path, check_output_dir, is_gcs_path, load_auto_tokenizer, local_copy, text_batches,
+                   check_gcs_path, check_output_dir, data_files_format, gcs_client, is_gcs_path,
+                   iter_text_file_batches, load_auto_tokenizer, local_copy, split_gcs_path, text_batches,
                    vocabulary_fingerprint)
 
 logger = logging.getLogger("prepare_tfrecord_shards")
@@ -89,13 +105,18 @@ def parse_args():
                         help="Samples per shard (default: %(default)s).")
     parser.add_argument("--batch_size", type=int, default=1000,
                         help="Texts tokenized at a time (default: %(default)s).")
+    parser.add_argument("--num_workers", type=int,
+                        help="Processes that tokenize and write a split of text files side by side, each its own "
+                             "contiguous part of the text (default: one per core, but at most one per "
+                             f"{MIN_BYTES_PER_WORKER // 2**20} MiB of text, so one for small corpora). Hub datasets, "
+                             "JSON-lines and Parquet files, and --limit, are read by one process.")
     parser.add_argument("--output_dir", default="tfrecords",
                         help="Folder that receives one sub-folder of shards per split, local or gs://bucket/folder "
                              "(default: %(default)s).")
     parser.add_argument("--overwrite", action="store_true",
                         help="Write into a non-empty --output_dir, replacing the shards of the splits written.")
     args = parser.parse_args()
-    for flag in ("max_length", "shard_size", "batch_size", "limit"):
+    for flag in ("max_length", "shard_size", "batch_size", "limit", "num_workers"):
         value = getattr(args, flag)
         if value is not None and value < 1:
             parser.error(f"--{flag} must be a positive number, got {value}.")
@@ -333,14 +354,22 @@ def recreate_folder(path):
 
 
 class ShardWriter:
-    """Writes samples to shards of `shard_size` samples as they come, each under a temporary name until complete."""
+    """Writes the samples of one part of a split to shards of `shard_size` samples as they come, each under a
+    temporary name, part-{part}-{i}.tfrecord.tmp, until complete.
+
+    The shards of the first part (part 0) are numbered from 0, so each takes its final name,
+    dataset-{i}-{num_samples}.tfrecord, as soon as it is complete: a split written as one part is published shard by
+    shard. Those of the other parts keep their temporary names: finish_split numbers them after the shards of the
+    parts before, once every part is written.
+    """
 
     # Samples serialized at a time: bounds the memory of the serializer's arrays whatever the batch size.
     CHUNK_SIZE = 1024
 
-    def __init__(self, split_dir, shard_size, max_length):
+    def __init__(self, split_dir, shard_size, max_length, part):
         self.split_dir = split_dir
         self.shard_size = shard_size
+        self.part = part
         self.serialize = RecordSerializer(max_length)
         self.file = None  # The open shard, if any, and its number of samples so far.
         self.num_in_file = 0
@@ -350,7 +379,7 @@ class ShardWriter:
     def add(self, samples):
         while len(samples):
             if self.file is None:
-                self.file = open_for_writing(self._temporary_path())
+                self.file = open_for_writing(os.path.join(self.split_dir, self._temporary_name()))
             count = min(len(samples), self.shard_size - self.num_in_file, self.CHUNK_SIZE)
             records = self.serialize(samples[:count])
             self.file.write(records)
@@ -364,70 +393,233 @@ class ShardWriter:
         if self.file is not None:
             self._finish_shard()
 
-    def _temporary_path(self):
-        return os.path.join(self.split_dir, f"dataset-{len(self.shards)}.tfrecord.tmp")
+    def _temporary_name(self):
+        return f"part-{self.part}-{len(self.shards)}.tfrecord.tmp"
 
     def _finish_shard(self):
         self.file.close()
-        name = SHARD_NAME.format(index=len(self.shards), num_samples=self.num_in_file)
-        rename(self._temporary_path(), os.path.join(self.split_dir, name))
+        name = self._temporary_name()
+        if self.part == 0:
+            final_name = SHARD_NAME.format(index=len(self.shards), num_samples=self.num_in_file)
+            rename(os.path.join(self.split_dir, name), os.path.join(self.split_dir, final_name))
+            name = final_name
         self.shards.append({"file": name, "num_samples": self.num_in_file, "num_bytes": self.bytes_in_file})
         self.file, self.num_in_file, self.bytes_in_file = None, 0, 0
 
 
-def write_split(split, batches, tokenizer, vocab_size, args):
-    """Tokenizes one split (an iterator of batches of texts), writes its shards and manifest; returns the manifest."""
-    split_dir = os.path.join(args.output_dir, split)
-    recreate_folder(split_dir)  # Only holds files with --overwrite: replace this split's old shards.
-    # Until the manifest is written, the folder says that it holds part of the split at most (see run_mlm.py).
-    marker_path = os.path.join(split_dir, INCOMPLETE_MARKER_NAME)
-    with open_for_writing(marker_path, "w") as f:
-        f.write("prepare_tfrecord_shards.py has not finished writing this split: if it is not running, it was "
-                "interrupted, and these shards are not the whole split. Run it again (with --overwrite).\n")
+def write_part(part, batches, tokenizer, vocab_size, split_dir, args, progress):
+    """Writes part number `part` of a split: tokenizes its texts (`batches`, an iterator of lists of texts),
+    concatenates the tokens, cuts them every args.max_length tokens and writes the samples to shards in `split_dir`
+    (see ShardWriter). The tokens left at the end of the part, fewer than max_length, are dropped.
 
-    writer = ShardWriter(split_dir, args.shard_size, args.max_length)
+    Calls progress(texts, samples) after each batch. Returns what finish_split needs: {"shards", "num_texts",
+    "dropped_tokens", "token_counts"}. Memory stays at a few batches, whatever the size of the part.
+    """
+    writer = ShardWriter(split_dir, args.shard_size, args.max_length, part)
     leftover = np.zeros(0, dtype=np.int64)  # Tokens that do not fill a sample yet; they begin the next one.
     token_counts = np.zeros(vocab_size, dtype=np.int64)  # Of the tokens written, for run_mlm.py's baseline.
     num_texts = 0
-    tokenized = in_background((len(texts), tokenize(tokenizer, texts)) for texts in batches)
-    with tqdm(desc=f"{split}: tokenizing", unit=" texts") as text_bar, \
-            tqdm(desc=f"{split}: writing", unit=" samples") as sample_bar:
-        for batch_texts, tokens in tokenized:
-            stream = np.concatenate([leftover, tokens])
-            num_samples = len(stream) // args.max_length
-            samples = stream[:num_samples * args.max_length]
-            writer.add(samples.reshape(num_samples, args.max_length))
-            token_counts += np.bincount(samples, minlength=vocab_size)
-            leftover = stream[num_samples * args.max_length:]
-            num_texts += batch_texts
-            text_bar.update(batch_texts)
-            sample_bar.update(num_samples)
-        writer.close()
+    for batch_texts, tokens in in_background((len(texts), tokenize(tokenizer, texts)) for texts in batches):
+        stream = np.concatenate([leftover, tokens])
+        num_samples = len(stream) // args.max_length
+        samples = stream[:num_samples * args.max_length]
+        writer.add(samples.reshape(num_samples, args.max_length))
+        token_counts += np.bincount(samples, minlength=vocab_size)
+        leftover = stream[num_samples * args.max_length:]
+        num_texts += batch_texts
+        progress(batch_texts, num_samples)
+    writer.close()
+    return {"shards": writer.shards, "num_texts": num_texts, "dropped_tokens": len(leftover),
+            "token_counts": token_counts}
 
-    num_samples = sum(shard["num_samples"] for shard in writer.shards)
+
+def start_split(split_dir):
+    """Makes `split_dir` an empty folder that says it is being written: INCOMPLETE, until finish_split."""
+    recreate_folder(split_dir)  # Only holds files with --overwrite: replace this split's old shards.
+    # Until the manifest is written, the folder says that it holds part of the split at most (see run_mlm.py).
+    with open_for_writing(os.path.join(split_dir, INCOMPLETE_MARKER_NAME), "w") as f:
+        f.write("prepare_tfrecord_shards.py has not finished writing this split: if it is not running, it was "
+                "interrupted, and these shards are not the whole split. Run it again (with --overwrite).\n")
+
+
+def finish_split(split, split_dir, parts, tokenizer, vocab_size, args):
+    """Publishes a split once every one of its `parts` (what write_part returned, in the order of the text) is
+    written: names their shards dataset-{index}-{num_samples}.tfrecord, numbered across the parts in that order,
+    writes token_counts.json, then the manifest, and only then deletes INCOMPLETE. Returns the manifest."""
+    num_samples = sum(shard["num_samples"] for part in parts for shard in part["shards"])
+    num_texts = sum(part["num_texts"] for part in parts)
+    dropped_tokens = sum(part["dropped_tokens"] for part in parts)
     if num_samples == 0:
         raise SystemExit(f"error: the {split} split gave no sample of {args.max_length} tokens ({num_texts} "
-                         f"non-empty texts, {len(leftover)} tokens). Give it more text, or lower --max_length.")
+                         f"non-empty texts, {dropped_tokens} tokens). Give it more text, or lower --max_length.")
+    shards = []
+    for part in parts:
+        for shard in part["shards"]:
+            name = SHARD_NAME.format(index=len(shards), num_samples=shard["num_samples"])
+            if shard["file"] != name:  # The first part's shards have their final names already.
+                rename(os.path.join(split_dir, shard["file"]), os.path.join(split_dir, name))
+            shards.append({**shard, "file": name})
     manifest = {
         "split": split,
         "max_length": args.max_length,
         "num_samples": num_samples,
         "num_tokens": num_samples * args.max_length,
-        "dropped_tokens": len(leftover),
+        "dropped_tokens": dropped_tokens,
+        "num_parts": len(parts),
         "num_texts": num_texts,
         "tokenizer": args.tokenizer_name_or_path,
         "vocab_size": vocab_size,
         "vocabulary_fingerprint": vocabulary_fingerprint(tokenizer),
-        "shards": writer.shards,
+        "shards": shards,
     }
     with open_for_writing(os.path.join(split_dir, TOKEN_COUNTS_NAME), "w") as f:
-        json.dump(token_counts.tolist(), f)
+        json.dump(sum(part["token_counts"] for part in parts).tolist(), f)
     manifest_path = os.path.join(split_dir, MANIFEST_NAME)  # Last: a split with a manifest is complete.
     with open_for_writing(manifest_path + ".tmp", "w") as f:
         json.dump(manifest, f, indent=2)
     rename(manifest_path + ".tmp", manifest_path)
-    remove(marker_path)
+    remove(os.path.join(split_dir, INCOMPLETE_MARKER_NAME))
     return manifest
+
+
+def write_split(split, batches, text_files, tokenizer, vocab_size, args):
+    """Tokenizes one split and writes its shards and manifest; returns the manifest.
+
+    `batches` iterates over its batches of texts. When the split is a list of text files (`text_files`) read
+    whole (no --limit), it is cut into parts, one per worker process (see plan_parts); otherwise, or with one
+    worker, this process writes it, as one part, from `batches`.
+    """
+    split_dir = os.path.join(args.output_dir, split)
+    start_split(split_dir)
+    parts = [None]  # One part: the whole split, from `batches`.
+    if text_files and args.limit is None:  # Parts of equal size: they take about the same time.
+        sizes = [file_size(path) for path in text_files]
+        num_workers = args.num_workers or max(1, min(available_cores(), sum(sizes) // MIN_BYTES_PER_WORKER))
+        parts = plan_parts(text_files, sizes, num_workers)
+    elif args.num_workers and args.num_workers > 1:
+        logger.warning("%s: written by one process, not --num_workers %d: only text files read whole (without "
+                       "--limit) are split between workers.", split, args.num_workers)
+
+    if len(parts) > 1:
+        written = write_parts_in_processes(split, parts, tokenizer, vocab_size, split_dir, args)
+    else:
+        with tqdm(desc=f"{split}: tokenizing", unit=" texts") as text_bar, \
+                tqdm(desc=f"{split}: writing", unit=" samples") as sample_bar:
+            def progress(num_texts, num_samples):
+                text_bar.update(num_texts)
+                sample_bar.update(num_samples)
+
+            written = [write_part(0, batches, tokenizer, vocab_size, split_dir, args, progress)]
+    return finish_split(split, split_dir, written, tokenizer, vocab_size, args)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Several worker processes: a split of text files cut into contiguous parts, each tokenized, cut into samples and
+# written by a process of its own.
+#
+# One process cannot go faster than about 3 million tokens per second, however many cores tokenize: its one Python
+# thread turns token ids into arrays, serializes and writes, under Python's global lock. Processes have a lock
+# each, so their throughput adds up with the cores.
+
+# The least text worth a worker of its own. A worker takes a few tenths of a second to start (a new Python, the
+# imports, the tokenizer) and drops up to max_length - 1 tokens at the end of its part: with 16 MiB, a few seconds
+# of tokenizing on one core, both are negligible; below it, one process with every core is as fast.
+MIN_BYTES_PER_WORKER = 16 * 2**20
+
+
+def available_cores():
+    """Cores this process may run on: those of its CPU affinity (set by taskset, or a container's cpuset)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def file_size(path):
+    if is_gcs_path(path):
+        bucket, name = split_gcs_path(path)
+        return gcs_client().bucket(bucket).get_blob(name).size
+    return os.path.getsize(path)
+
+
+def plan_parts(paths, sizes, num_parts):
+    """Cuts text files (`sizes` bytes each), taken one after the other, into `num_parts` contiguous parts of equal
+    size (or one per byte, for fewer bytes), each a list of (path, start, end) byte ranges.
+
+    The cuts fall anywhere: reading a byte range gives the lines that begin in it (see utils.open_text), so the
+    parts, read in order, give every line of the files once, in order, and each line whole.
+    """
+    file_starts = list(itertools.accumulate(sizes, initial=0))  # Position of each file in the concatenation.
+    total = file_starts.pop()
+    cuts = sorted({total * k // num_parts for k in range(num_parts + 1)})
+    return [[(path, max(start, first) - first, min(end, first + size) - first)
+             for path, first, size in zip(paths, file_starts, sizes) if max(start, first) < min(end, first + size)]
+            for start, end in zip(cuts, cuts[1:])]
+
+
+def write_parts_in_processes(split, parts, tokenizer, vocab_size, split_dir, args):
+    """Runs write_part on each part of a split of text files, each in a worker process of its own; returns their
+    results, in the order of the parts. If a worker fails, the others stop at their next batch, and its error ends
+    the run (the split folder keeps its INCOMPLETE marker)."""
+    # Processes started afresh ("spawn"), not copies of this one ("fork"): this process may already run the
+    # threads of 🤗 Tokenizers or TensorFlow, which a forked copy would inherit in whatever state they were.
+    context = multiprocessing.get_context("spawn")
+    counters = context.Value("q", 0), context.Value("q", 0)  # Texts and samples written by all workers so far.
+    stop = context.Event()
+    # Each worker tokenizes with cores / workers threads: workers × threads = cores. More threads than cores would
+    # only make them wait for one another, and each process also runs a thread that serializes and writes.
+    threads = max(1, available_cores() // len(parts))
+    logger.info("%s: %d worker processes, %d tokenizer thread(s) each, %.1f MiB of text each", split, len(parts),
+                threads, sum(end - start for part in parts for _, start, end in part) / len(parts) / 2**20)
+    results = [None] * len(parts)
+    with ProcessPoolExecutor(len(parts), mp_context=context, initializer=start_worker,
+                             initargs=(threads, counters, stop)) as workers, \
+            tqdm(desc=f"{split}: tokenizing", unit=" texts") as text_bar, \
+            tqdm(desc=f"{split}: writing", unit=" samples") as sample_bar:
+        futures = {workers.submit(write_text_part, index, part, tokenizer, vocab_size, split_dir, args): index
+                   for index, part in enumerate(parts)}
+        try:
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=1, return_when=FIRST_EXCEPTION)
+                text_bar.update(counters[0].value - text_bar.n)
+                sample_bar.update(counters[1].value - sample_bar.n)
+                for future in done:
+                    results[futures[future]] = future.result()  # Raises the worker's error, if any.
+        except BrokenProcessPool as error:
+            raise SystemExit(f"error: a worker process writing the {split} split ended abruptly (killed, or out of "
+                             "memory?); the split is left INCOMPLETE. Run again with --overwrite (with fewer "
+                             "--num_workers if memory ran out).") from error
+        finally:
+            stop.set()  # After a failure (or Ctrl-C), the other workers stop at their next batch; else a no-op.
+    return results
+
+
+# What each worker process keeps from start_worker: the counters of texts and samples, and the stop signal.
+worker_state = {}
+
+
+def start_worker(threads, counters, stop):
+    """Runs first in each worker process."""
+    # 🤗 Tokenizers' thread pool (Rust's rayon) reads its size from RAYON_NUM_THREADS when it starts, at the first
+    # batch: set before it, this bounds the threads of this process (see write_parts_in_processes). Whether it uses
+    # threads at all (TOKENIZERS_PARALLELISM) is left as the user set it: what that variable guards against, a
+    # pool inherited from a parent by fork, cannot happen in a spawned process.
+    os.environ["RAYON_NUM_THREADS"] = str(threads)
+    worker_state.update(counters=counters, stop=stop)
+
+
+def report_progress(num_texts, num_samples):
+    """write_part's progress callback in a worker process: adds to the shared counters, and stops the part when the
+    main process says so."""
+    for counter, count in zip(worker_state["counters"], (num_texts, num_samples)):
+        with counter.get_lock():
+            counter.value += count
+    if worker_state["stop"].is_set():
+        raise SystemExit("stopped: another worker failed")
+
+
+def write_text_part(part, files, tokenizer, vocab_size, split_dir, args):
+    """write_part for a part of text files (byte ranges, see plan_parts), in a worker process."""
+    batches = iter_text_file_batches(files, args.batch_size)
+    return write_part(part, batches, tokenizer, vocab_size, split_dir, args, report_progress)
 
 
 def main():
@@ -446,8 +638,11 @@ def main():
     splits = text_batches(data_files=data_files, dataset_name=args.dataset_name, dataset_config=args.dataset_config,
                           splits=args.split, trust_remote_code=args.trust_remote_code, text_column=args.text_column,
                           batch_size=args.batch_size, limit=args.limit)
+    # Text files can be cut into parts for several workers; what goes through 🤗 Datasets is read as one stream.
+    text_files = data_files if data_files and data_files_format(data_files) == "text" else {}
 
-    manifests = [write_split(split, batches, tokenizer, vocab_size, args) for split, batches in splits.items()]
+    manifests = [write_split(split, batches, text_files.get(split), tokenizer, vocab_size, args)
+                 for split, batches in splits.items()]
 
     seconds = time.perf_counter() - start
     num_tokens = sum(m["num_tokens"] for m in manifests)
