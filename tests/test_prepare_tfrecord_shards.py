@@ -12,18 +12,8 @@ import tensorflow as tf
 from transformers import AutoTokenizer
 
 from conftest import MAX_LENGTH, SHARD_LINES
-from helpers import REPO, WIKITEXT, run_script
+from helpers import REPO, WIKITEXT, cut_parts, part_stream, read_shard, read_split, run_script
 from utils import vocabulary_fingerprint
-
-
-def read_shard(path):
-    """(input_ids, attention_mask) rows of a shard, parsed with nothing but the protobuf definition."""
-    rows = []
-    for record in tf.data.TFRecordDataset(str(path)):
-        features = tf.train.Example.FromString(record.numpy()).features.feature
-        assert sorted(features) == ["attention_mask", "input_ids"]
-        rows.append((list(features["input_ids"].int64_list.value), list(features["attention_mask"].int64_list.value)))
-    return rows
 
 
 def shard_index(path):
@@ -273,15 +263,6 @@ def test_output_dir_that_is_a_file_and_a_missing_tokenizer_are_named(tmp_path, t
 # tokenized, cut and written by a process of its own.
 
 
-def lines_beginning_in(path, start, end):
-    """The lines of a file that begin in the byte range [start, end), found without the code under test: a line
-    begins at 0 and after each "\\n" (the test files have no other line breaks)."""
-    data = open(path, "rb").read()
-    line_starts = [0] + [i + 1 for i, byte in enumerate(data) if byte == ord("\n") and i + 1 < len(data)]
-    return [data[begin:data.find(b"\n", begin) + 1 or len(data)].decode().rstrip("\n")
-            for begin in line_starts if start <= begin < end]
-
-
 def test_parts_hold_every_line_once_in_order(tmp_path):
     from prepare_tfrecord_shards import plan_parts
     from utils import iter_text_file_batches
@@ -311,53 +292,26 @@ def part_size(part):
     return sum(end - start for _, start, end in part)
 
 
-def part_stream(part, tokenizer):
-    """The tokens of one part, computed independently of the script: the lines that begin in its byte ranges,
-    non-blank ones tokenized one by one and concatenated."""
-    lines = [line for path, start, end in part for line in lines_beginning_in(path, start, end)]
-    return [token for line in lines if line.strip() for token in tokenizer(line).input_ids]
-
-
 def test_several_workers_write_each_part_as_its_own_stream(tmp_path, tokenizer_dir):
     from prepare_tfrecord_shards import plan_parts
 
     files = [str(WIKITEXT / "train.txt"), str(WIKITEXT / "validation.txt")]
     run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir, "--train_file", *files,
                "--max_length", MAX_LENGTH, "--shard_size", 100, "--num_workers", 3, "--output_dir", tmp_path)
-    split_dir = tmp_path / "train"
-    manifest = json.loads((split_dir / "manifest.json").read_text())
-    assert sorted(path.name for path in split_dir.iterdir()) == sorted(
-        [shard["file"] for shard in manifest["shards"]] + ["manifest.json", "token_counts.json"])
-    assert [shard["file"] for shard in manifest["shards"]] == [
-        f"dataset-{index}-{shard['num_samples']}.tfrecord" for index, shard in enumerate(manifest["shards"])]
-    samples = []
-    for shard in manifest["shards"]:
-        rows = read_shard(split_dir / shard["file"])
-        assert shard["num_samples"] == len(rows) and shard["num_bytes"] == (split_dir / shard["file"]).stat().st_size
-        samples += [input_ids for input_ids, _ in rows]
+    manifest, samples = read_split(tmp_path / "train", vocab_size=1000)
 
     # The parts the script made (plan_parts is checked above), each tokenized independently and cut on its own.
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     parts = plan_parts(files, [Path(file).stat().st_size for file in files], 3)
-    assert manifest["num_parts"] == len(parts) == 3
-    expected, dropped, sizes = [], 0, []
-    for part in parts:
-        stream = part_stream(part, tokenizer)
-        num_samples = len(stream) // MAX_LENGTH
-        expected += [stream[i * MAX_LENGTH:(i + 1) * MAX_LENGTH] for i in range(num_samples)]
-        dropped += len(stream) - num_samples * MAX_LENGTH
-        sizes += [100] * (num_samples // 100) + ([num_samples % 100] if num_samples % 100 else [])
+    expected, dropped, shard_sizes = cut_parts([part_stream(part, tokenizer) for part in parts], MAX_LENGTH, 100)
     assert samples == expected  # In the order of the text: the parts' samples one part after the other.
-    assert [shard["num_samples"] for shard in manifest["shards"]] == sizes  # Only a part's last shard is smaller.
-    assert manifest["num_samples"] == len(samples) and manifest["num_tokens"] == len(samples) * MAX_LENGTH
-    assert manifest["dropped_tokens"] == dropped
-    flat = [token for sample in samples for token in sample]
-    assert json.loads((split_dir / "token_counts.json").read_text()) == np.bincount(flat, minlength=1000).tolist()
+    assert [shard["num_samples"] for shard in manifest["shards"]] == shard_sizes
+    assert manifest["num_parts"] == 3 and manifest["dropped_tokens"] == dropped
 
     # run_mlm.py takes them as it takes shards written by one process.
     from run_mlm import find_shards
 
-    shard_files, counts = find_shards(str(split_dir), MAX_LENGTH, tokenizer, str(tokenizer_dir))
+    shard_files, counts = find_shards(str(tmp_path / "train"), MAX_LENGTH, tokenizer, str(tokenizer_dir))
     assert sorted(counts) == sorted(shard["num_samples"] for shard in manifest["shards"])
     assert len(shard_files) == len(manifest["shards"])
 
