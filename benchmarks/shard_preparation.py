@@ -9,8 +9,9 @@ Measured in one run, round after round, so that whatever else loads the machine 
 - end to end: `prepare_tfrecord_shards.py --num_workers N` for each N of --num_workers, in a fresh process, from
   process start to its exit (after the manifest is written), on the corpus (1x) and on the corpus repeated
   --scale times; tokens per second (every token tokenized, those dropped at the ends of parts included, as the
-  tokenizer counts them), busy cores, and the peak resident memory of the main process and of the largest worker
-  process (sampled from /proc every 50 ms: VmHWM, each process's own high-water mark);
+  tokenizer counts them), busy cores, tokens per CPU-second (what a core does, whatever else loads the machine),
+  and the peak resident memory of the main process and of the largest worker process (sampled from /proc every
+  50 ms: VmHWM, each process's own high-water mark);
 - with --baseline_script, another version of the script (say the previous commit's) the same way, one process.
 
 And where the time goes: each stage of the script timed alone, one after the other, in every round.
@@ -216,10 +217,12 @@ def main():
         peaks = [[figure[column] for figure in figures if figure[column] is not None] for column in (2, 3)]
         rows.append([name, f"{median(speeds):,.0f}", f"{min(speeds):,.0f} to {max(speeds):,.0f}",
                      f"{median([cores for _, cores, _, _ in figures]):.2f}",
+                     f"{median([speed / cores for speed, cores, _, _ in figures]):,.0f}",
                      f"{median([s / r[0] for s, r in zip(speeds, raw)]):.2f}",
                      f"{median([s / r[0] for s, r in zip(speeds, raw_fast)]):.2f}",
                      *(f"{median(peak):.0f}" if peak else "" for peak in peaks)])
-    print_table(["run", "tokens/s", "range", "busy cores", "x encode_batch", "x encode_batch_fast",
+    print_table(["run", "tokens/s", "range", "busy cores", "tokens per CPU-second", "x encode_batch",
+                 "x encode_batch_fast",
                  "peak RSS main (MiB)", "peak RSS largest worker (MiB)"], rows)
 
     for name in scripts:
