@@ -16,6 +16,11 @@ not: samples keep the order of the text, part after part; every sample is max_le
 text; the shards are numbered across the parts in that order; the manifest counts them exactly. Hub datasets and
 JSON-lines or Parquet files (read through 🤗 Datasets, as one stream) are written by this process alone.
 
+Many machines: with --runner, the same per-part work runs as an Apache Beam pipeline, on this machine
+(DirectRunner) or on Dataflow (DataflowRunner), over text, JSON-lines or Parquet files (local or gs://, globs
+allowed), each text or JSON-lines file cut into parts of --part_size_mb, each Parquet file one part. The output is
+the same format, with a manifest written last (see run_beam_pipeline and the README).
+
 Samples are written --shard_size at a time to {output_dir}/{split}/. Many shards let run_mlm.py read files in
 parallel and give each host of a multi-host job its own files. Memory stays bounded by a few batches of texts
 and their tokens in each process, whatever the size of the corpus and of the shards: samples go to disk as they
@@ -59,6 +64,7 @@ Example:
 """
 
 import argparse
+import functools
 import itertools
 import json
 import logging
@@ -77,10 +83,10 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, SHARD_NAME, TOKEN_COUNTS_NAME, add_corpus_arguments,
-                   check_gcs_path, check_output_dir, data_files_format, gcs_client, is_gcs_path,
-                   iter_text_file_batches, load_auto_tokenizer, local_copy, split_gcs_path, text_batches,
-                   vocabulary_fingerprint)
+from utils import (FILE_BUILDERS, INCOMPLETE_MARKER_NAME, MANIFEST_NAME, SHARD_NAME, TOKEN_COUNTS_NAME,
+                   add_corpus_arguments, batches_of_texts, check_gcs_path, check_output_dir, data_files_format,
+                   gcs_client, is_gcs_path, iter_text_file_batches, iter_text_file_lines, load_auto_tokenizer,
+                   local_copy, open_binary, open_text, split_gcs_path, text_batches, vocabulary_fingerprint)
 
 logger = logging.getLogger("prepare_tfrecord_shards")
 
@@ -94,8 +100,8 @@ def parse_args():
     for split in ("train", "validation", "test"):
         data.add_argument(f"--{split}_file", nargs="+",
                           help=f"Text files (local or gs://), or local JSON-lines or Parquet files, for the {split} "
-                               "split, instead of the Hub dataset. Each of --train_file, --validation_file, "
-                               "--test_file is optional.")
+                               "split, instead of the Hub dataset (with --runner: all three on gs:// too, and globs "
+                               "in quotes). Each of --train_file, --validation_file, --test_file is optional.")
     parser.add_argument("--tokenizer_name_or_path", default="unigram-tokenizer",
                         help="Folder written by train_unigram.py (local or gs://), or a Hub tokenizer id "
                              "(default: %(default)s).")
@@ -115,10 +121,25 @@ def parse_args():
                              "(default: %(default)s).")
     parser.add_argument("--overwrite", action="store_true",
                         help="Write into a non-empty --output_dir, replacing the shards of the splits written.")
-    args = parser.parse_args()
-    for flag in ("max_length", "shard_size", "batch_size", "limit", "num_workers"):
+    beam = parser.add_argument_group(
+        "Apache Beam (pip install -r requirements-beam.txt): the same shards, written by a Beam pipeline")
+    beam.add_argument("--runner",
+                      help="Write the shards with an Apache Beam pipeline on this runner: DirectRunner (this "
+                           "machine) or DataflowRunner (Google Cloud), for input files only (--train_file ..., "
+                           "globs allowed). Beam's own pipeline options follow on the command line and are passed "
+                           "to it (Dataflow: --project, --region, --temp_location, --worker_machine_type, "
+                           "--max_num_workers, --requirements_file, --setup_file, ...); --num_workers, if given, "
+                           "is passed too (Dataflow: its initial number of machines).")
+    beam.add_argument("--part_size_mb", type=float, default=DEFAULT_PART_SIZE_MB,
+                      help="With --runner: each text or JSON-lines file is cut into parts of at most this many "
+                           "MiB, each written by one worker core; a Parquet file is one part (default: "
+                           "%(default)s).")
+    args, args.beam_args = parser.parse_known_args()
+    if args.beam_args and not args.runner:
+        parser.error(f"unrecognized arguments: {' '.join(args.beam_args)}")
+    for flag in ("max_length", "shard_size", "batch_size", "limit", "num_workers", "part_size_mb"):
         value = getattr(args, flag)
-        if value is not None and value < 1:
+        if value is not None and value <= 0:
             parser.error(f"--{flag} must be a positive number, got {value}.")
     return args
 
@@ -331,6 +352,18 @@ def rename(source, destination):
         os.replace(source, destination)
 
 
+def exists(path):
+    return gfile().exists(path) if is_gcs_path(path) else os.path.exists(path)
+
+
+def publish(temporary, final):
+    """Renames a complete shard to its final name. Run again after an interruption (as Beam retries a failed step),
+    it skips a shard renamed by the run before, and only such a one: a shard missing under both names is an error.
+    """
+    if exists(temporary) or not exists(final):
+        rename(temporary, final)
+
+
 def remove(path):
     if is_gcs_path(path):
         gfile().remove(path)
@@ -442,10 +475,11 @@ def start_split(split_dir):
                 "interrupted, and these shards are not the whole split. Run it again (with --overwrite).\n")
 
 
-def finish_split(split, split_dir, parts, tokenizer, vocab_size, args):
+def finish_split(split, split_dir, parts, token_counts, tokenizer, vocab_size, args):
     """Publishes a split once every one of its `parts` (what write_part returned, in the order of the text) is
     written: names their shards dataset-{index}-{num_samples}.tfrecord, numbered across the parts in that order,
-    writes token_counts.json, then the manifest, and only then deletes INCOMPLETE. Returns the manifest."""
+    writes `token_counts` (the sum of the parts') to token_counts.json, then the manifest, and only then deletes
+    INCOMPLETE. Returns the manifest."""
     num_samples = sum(shard["num_samples"] for part in parts for shard in part["shards"])
     num_texts = sum(part["num_texts"] for part in parts)
     dropped_tokens = sum(part["dropped_tokens"] for part in parts)
@@ -457,7 +491,7 @@ def finish_split(split, split_dir, parts, tokenizer, vocab_size, args):
         for shard in part["shards"]:
             name = SHARD_NAME.format(index=len(shards), num_samples=shard["num_samples"])
             if shard["file"] != name:  # The first part's shards have their final names already.
-                rename(os.path.join(split_dir, shard["file"]), os.path.join(split_dir, name))
+                publish(os.path.join(split_dir, shard["file"]), os.path.join(split_dir, name))
             shards.append({**shard, "file": name})
     manifest = {
         "split": split,
@@ -473,7 +507,7 @@ def finish_split(split, split_dir, parts, tokenizer, vocab_size, args):
         "shards": shards,
     }
     with open_for_writing(os.path.join(split_dir, TOKEN_COUNTS_NAME), "w") as f:
-        json.dump(sum(part["token_counts"] for part in parts).tolist(), f)
+        json.dump(token_counts.tolist(), f)
     manifest_path = os.path.join(split_dir, MANIFEST_NAME)  # Last: a split with a manifest is complete.
     with open_for_writing(manifest_path + ".tmp", "w") as f:
         json.dump(manifest, f, indent=2)
@@ -510,7 +544,8 @@ def write_split(split, batches, text_files, tokenizer, vocab_size, args):
                 sample_bar.update(num_samples)
 
             written = [write_part(0, batches, tokenizer, vocab_size, split_dir, args, progress)]
-    return finish_split(split, split_dir, written, tokenizer, vocab_size, args)
+    token_counts = sum(part["token_counts"] for part in written)
+    return finish_split(split, split_dir, written, token_counts, tokenizer, vocab_size, args)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -622,6 +657,182 @@ def write_text_part(part, files, tokenizer, vocab_size, split_dir, args):
     return write_part(part, batches, tokenizer, vocab_size, split_dir, args, report_progress)
 
 
+def write_splits_here(data_files, args):
+    """Writes every split with this machine's processes (see write_split); returns the manifests."""
+    tokenizer, vocab_size = load_tokenizer(args.tokenizer_name_or_path)
+    splits = text_batches(data_files=data_files, dataset_name=args.dataset_name, dataset_config=args.dataset_config,
+                          splits=args.split, trust_remote_code=args.trust_remote_code, text_column=args.text_column,
+                          batch_size=args.batch_size, limit=args.limit)
+    # Text files can be cut into parts for several workers; what goes through 🤗 Datasets is read as one stream.
+    text_files = data_files if data_files and data_files_format(data_files) == "text" else {}
+    return [write_split(split, batches, text_files.get(split), tokenizer, vocab_size, args)
+            for split, batches in splits.items()]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Apache Beam (--runner): the same work, part by part, as a Beam pipeline: on this machine (DirectRunner) or on as
+# many machines as the corpus needs (DataflowRunner). Beam is imported here only, so that the local path neither
+# needs it installed nor pays for its import.
+#
+#   per split:  parts ──Reshuffle──► write_part, on the workers ──┬─► shards written ──ToList──┐
+#                                                                 └─► token counts ────sum─────┴─► finish_split
+#
+# Parts are written side by side on the workers; finish_split runs once, after every part (Beam computes a side
+# input completely before the step that reads it), and publishes the split as the local path does.
+
+# Text per part with --runner, by default: a file is cut into parts of at most this size (Parquet files are one part
+# each). A part is a unit of work for one worker core: 256 MiB are a few minutes of tokenizing, long beside the
+# seconds a worker takes to start a part, short enough that thousands of parts spread a large corpus over many
+# workers; the tokens dropped at the end of each part (< max_length) are a few in 70 million.
+DEFAULT_PART_SIZE_MB = 256
+
+
+def match_files(patterns):
+    """[(path, size)] of the files that the glob `patterns` (local or gs://) match, in order, each once.
+
+    With Beam's file systems, which read what the Beam workers read. A pattern that matches nothing is an error."""
+    from apache_beam.io.filesystems import FileSystems
+
+    files = {}
+    for pattern, result in zip(patterns, FileSystems.match(patterns)):
+        if not result.metadata_list:
+            raise SystemExit(f"error: no file matches {pattern!r}.")
+        for metadata in sorted(result.metadata_list, key=lambda metadata: metadata.path):
+            files[metadata.path] = metadata.size_in_bytes
+    return list(files.items())
+
+
+def beam_parts(files, part_size):
+    """The parts of a split for the Beam pipeline: each text or JSON-lines file (`files`: [(path, size)]) cut into
+    parts of at most `part_size` bytes (see plan_parts), each Parquet file one part."""
+    parts = []
+    for path, size in files:
+        if FILE_BUILDERS[os.path.splitext(path)[1].lower()] == "parquet":
+            parts.append([(path, 0, size)])
+        else:
+            parts += plan_parts([path], [size], -(-size // part_size))  # ceil(size / part_size) parts.
+    return parts
+
+
+def part_texts(part, text_column):
+    """The texts of a part (a list of byte ranges of one file, see beam_parts), read without 🤗 Datasets, which
+    reads JSON-lines and Parquet files from local disk only: text files line by line, JSON-lines files the
+    `text_column` of each line, Parquet files that column of each row."""
+    path = part[0][0]
+    data_format = FILE_BUILDERS[os.path.splitext(path)[1].lower()]
+    if data_format == "text":
+        yield from iter_text_file_lines(part)
+    elif data_format == "json":
+        for line in iter_text_file_lines(part):
+            if line.strip():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as err:
+                    record = err
+                if not isinstance(record, dict):
+                    raise SystemExit(f"error: {path!r} is not a JSON-lines file (one JSON object per line): "
+                                     f"{line[:100]!r}")
+                if text_column not in record:
+                    raise SystemExit(f"error: a line of {path!r} has no column {text_column!r}; its columns are "
+                                     f"{sorted(record)}. Choose one with --text_column.")
+                yield record[text_column]
+    else:
+        import pyarrow.parquet as parquet
+
+        with open_binary(path) as f:
+            table = parquet.ParquetFile(f)
+            if text_column not in table.schema_arrow.names:
+                raise SystemExit(f"error: {path!r} has no column {text_column!r}; its columns are "
+                                 f"{table.schema_arrow.names}. Choose one with --text_column.")
+            for batch in table.iter_batches(columns=[text_column]):
+                yield from batch.column(0).to_pylist()
+
+
+@functools.cache
+def load_tokenizer_once(name_or_path):
+    """load_tokenizer, once per worker process: a Beam worker writes many parts."""
+    return load_tokenizer(name_or_path)
+
+
+def write_part_on_beam_worker(numbered_part, split_dir, args):
+    """write_part for one part of the Beam pipeline, on a worker; its result, with the part's number."""
+    number, part = numbered_part
+    # One tokenizer thread per process, set before its first batch starts 🤗 Tokenizers' pool (see start_worker):
+    # Beam runs a process per core (Dataflow: one per vCPU of each machine), so cores are used already, and more
+    # threads per process would only compete for them.
+    os.environ.setdefault("RAYON_NUM_THREADS", "1")
+    tokenizer, vocab_size = load_tokenizer_once(args.tokenizer_name_or_path)
+    batches = batches_of_texts(part_texts(part, args.text_column), args.batch_size)
+    return {"part": number, **write_part(number, batches, tokenizer, vocab_size, split_dir, args,
+                                         progress=lambda num_texts, num_samples: None)}
+
+
+def without_token_counts(written):
+    return {key: value for key, value in written.items() if key != "token_counts"}
+
+
+def finish_split_on_beam_worker(split, split_dir, args, parts, token_counts):
+    tokenizer, vocab_size = load_tokenizer_once(args.tokenizer_name_or_path)
+    parts = sorted(parts, key=lambda part: part["part"])  # ToList gathers them in any order.
+    finish_split(split, split_dir, parts, token_counts, tokenizer, vocab_size, args)
+
+
+def run_beam_pipeline(data_files, args):
+    """Writes each split of `data_files` ({split: [glob patterns]}) with a Beam pipeline on args.runner; returns
+    the manifests."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+    beam_args = ["--runner", args.runner, *args.beam_args]
+    if args.num_workers:  # Dataflow's own flag of the same name: its initial number of worker machines.
+        beam_args += ["--num_workers", str(args.num_workers)]
+    paths = [args.tokenizer_name_or_path, args.output_dir, *(path for paths in data_files.values() for path in paths)]
+    if args.runner not in StandardOptions.LOCAL_RUNNERS and not all(is_gcs_path(path) for path in paths):
+        raise SystemExit(f"error: with --runner {args.runner}, the workers run on other machines: the input files, "
+                         "--tokenizer_name_or_path and --output_dir must be gs:// paths, got "
+                         f"{[path for path in paths if not is_gcs_path(path)]}.")
+    # Fail before the pipeline starts: the tokenizer loads, the inputs exist and have one known format.
+    load_tokenizer(args.tokenizer_name_or_path)
+    split_parts = {}
+    for split, patterns in data_files.items():
+        files = match_files(patterns)
+        formats = {FILE_BUILDERS.get(os.path.splitext(path)[1].lower()) for path, _ in files}
+        if None in formats or len(formats) > 1:
+            raise SystemExit(f"error: the {split} files must all be text (.txt), JSON-lines (.jsonl, .json) or "
+                             f"Parquet (.parquet) files, of one format: got {[path for path, _ in files]}.")
+        split_parts[split] = beam_parts(files, int(args.part_size_mb * 2**20))
+        logger.info("%s: %d file(s), %.1f MiB, in %d part(s)", split, len(files),
+                    sum(size for _, size in files) / 2**20, len(split_parts[split]))
+
+    # A step that fails is logged by Beam with its traceback, then its error is raised here, where it reaches the
+    # user: bad input as a SystemExit's message alone, anything else with its traceback. Once is enough.
+    logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
+    with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
+        for split, parts in split_parts.items():
+            split_dir = os.path.join(args.output_dir, split)
+            start_split(split_dir)
+            written = (pipeline
+                       | f"{split}: parts" >> beam.Create(list(enumerate(parts)))
+                       | f"{split}: spread over workers" >> beam.Reshuffle()
+                       | f"{split}: write parts" >> beam.Map(write_part_on_beam_worker, split_dir, args))
+            token_counts = (written
+                            | f"{split}: token counts" >> beam.Map(lambda result: result["token_counts"])
+                            | f"{split}: sum" >> beam.CombineGlobally(sum))
+            shards = (written
+                      | f"{split}: shards" >> beam.Map(without_token_counts)
+                      | f"{split}: gather" >> beam.combiners.ToList())
+            (pipeline
+             | f"{split}: once" >> beam.Create([split])
+             | f"{split}: finish" >> beam.Map(finish_split_on_beam_worker, split_dir, args,
+                                              beam.pvalue.AsSingleton(shards),
+                                              beam.pvalue.AsSingleton(token_counts)))
+    manifests = []
+    for split in split_parts:
+        with open_text(os.path.join(args.output_dir, split, MANIFEST_NAME)) as f:
+            manifests.append(json.load(f))
+    return manifests
+
+
 def main():
     args = parse_args()
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
@@ -634,21 +845,19 @@ def main():
         check_gcs_path(path)
     check_gcs_path(args.output_dir, write=True)
     check_output_dir(args.output_dir, args.overwrite)
-    tokenizer, vocab_size = load_tokenizer(args.tokenizer_name_or_path)
-    splits = text_batches(data_files=data_files, dataset_name=args.dataset_name, dataset_config=args.dataset_config,
-                          splits=args.split, trust_remote_code=args.trust_remote_code, text_column=args.text_column,
-                          batch_size=args.batch_size, limit=args.limit)
-    # Text files can be cut into parts for several workers; what goes through 🤗 Datasets is read as one stream.
-    text_files = data_files if data_files and data_files_format(data_files) == "text" else {}
-
-    manifests = [write_split(split, batches, text_files.get(split), tokenizer, vocab_size, args)
-                 for split, batches in splits.items()]
+    if args.runner:
+        if not data_files:
+            raise SystemExit("error: with --runner, pass input files (--train_file, --validation_file, --test_file; "
+                             "globs allowed): the Beam pipeline does not read Hub datasets.")
+        manifests = run_beam_pipeline(data_files, args)
+    else:
+        manifests = write_splits_here(data_files, args)
 
     seconds = time.perf_counter() - start
     num_tokens = sum(m["num_tokens"] for m in manifests)
     for m in manifests:
-        logger.info("%s: %d samples (%d tokens, %d dropped at the end) in %d shards", m["split"],
-                    m["num_samples"], m["num_tokens"], m["dropped_tokens"], len(m["shards"]))
+        logger.info("%s: %d samples (%d tokens, %d dropped at the ends of %d part(s)) in %d shards", m["split"],
+                    m["num_samples"], m["num_tokens"], m["dropped_tokens"], m["num_parts"], len(m["shards"]))
     logger.info("Done in %.1f s: %d samples, %d tokens, %d shards, %.0f tokens/s, written to %s",
                 seconds, sum(m["num_samples"] for m in manifests), num_tokens,
                 sum(len(m["shards"]) for m in manifests), num_tokens / seconds, args.output_dir)
