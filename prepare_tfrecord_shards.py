@@ -128,7 +128,8 @@ def parse_args():
                            "machine) or DataflowRunner (Google Cloud), for input files only (--train_file ..., "
                            "globs allowed). Beam's own pipeline options follow on the command line and are passed "
                            "to it (Dataflow: --project, --region, --temp_location, --worker_machine_type, "
-                           "--max_num_workers, --requirements_file, --setup_file, ...); --num_workers, if given, "
+                           "--max_num_workers, --requirements_file, --setup_file, --sdk_container_image, ...); "
+                           "--num_workers, if given, "
                            "is passed too (Dataflow: its initial number of machines).")
     beam.add_argument("--part_size_mb", type=float, default=DEFAULT_PART_SIZE_MB,
                       help="With --runner: each text or JSON-lines file is cut into parts of at most this many "

@@ -214,8 +214,9 @@ def test_errors_in_the_tokenizing_thread_reach_the_user(tmp_path, tokenizer_dir)
 def test_shards_written_to_cloud_storage_are_those_written_locally(tmp_path, tokenizer_dir):
     from gcs_emulator import GcsEmulator
 
+    # Two worker processes, each writing its own shards to the bucket; the main process renames and publishes them.
     options = ["--tokenizer_name_or_path", tokenizer_dir, "--train_file", WIKITEXT / "validation.txt",
-               "--limit", 300, "--max_length", 32, "--shard_size", 50]
+               "--num_workers", 2, "--max_length", 32, "--shard_size", 50]
     run_script("prepare_tfrecord_shards.py", *options, "--output_dir", tmp_path)
     with GcsEmulator() as gcs:
         gcs.create_bucket("bucket")
