@@ -549,6 +549,18 @@ def write_split(split, batches, text_files, tokenizer, vocab_size, args):
     return finish_split(split, split_dir, written, token_counts, tokenizer, vocab_size, args)
 
 
+def write_splits_here(data_files, args):
+    """Writes every split with this machine's processes (see write_split); returns the manifests."""
+    tokenizer, vocab_size = load_tokenizer(args.tokenizer_name_or_path)
+    splits = text_batches(data_files=data_files, dataset_name=args.dataset_name, dataset_config=args.dataset_config,
+                          splits=args.split, trust_remote_code=args.trust_remote_code, text_column=args.text_column,
+                          batch_size=args.batch_size, limit=args.limit)
+    # Text files can be cut into parts for several workers; what goes through 🤗 Datasets is read as one stream.
+    text_files = data_files if data_files and data_files_format(data_files) == "text" else {}
+    return [write_split(split, batches, text_files.get(split), tokenizer, vocab_size, args)
+            for split, batches in splits.items()]
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Several worker processes: a split of text files cut into contiguous parts, each tokenized, cut into samples and
 # written by a process of its own.
@@ -657,18 +669,6 @@ def write_text_part(part, files, tokenizer, vocab_size, split_dir, args):
     """write_part for a part of text files (byte ranges, see plan_parts), in a worker process."""
     batches = iter_text_file_batches(files, args.batch_size)
     return write_part(part, batches, tokenizer, vocab_size, split_dir, args, report_progress)
-
-
-def write_splits_here(data_files, args):
-    """Writes every split with this machine's processes (see write_split); returns the manifests."""
-    tokenizer, vocab_size = load_tokenizer(args.tokenizer_name_or_path)
-    splits = text_batches(data_files=data_files, dataset_name=args.dataset_name, dataset_config=args.dataset_config,
-                          splits=args.split, trust_remote_code=args.trust_remote_code, text_column=args.text_column,
-                          batch_size=args.batch_size, limit=args.limit)
-    # Text files can be cut into parts for several workers; what goes through 🤗 Datasets is read as one stream.
-    text_files = data_files if data_files and data_files_format(data_files) == "text" else {}
-    return [write_split(split, batches, text_files.get(split), tokenizer, vocab_size, args)
-            for split, batches in splits.items()]
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -192,14 +192,13 @@ def open_text(path, start=0, end=None):
     to, not including, `end`, and the whole of each: consecutive byte ranges of a file, wherever they are cut, give
     its lines one range after the other, each line once (prepare_tfrecord_shards.py cuts files into parts so).
     """
-    binary = open_binary(path)
-    if start or end is not None:
-        # A line begins at 0 and after each "\n". With a small download size for the probes of a gs:// file.
-        with open_binary(path, chunk_size=2**16) as probe:
-            start, end = (position if position in (0, None) else next_line_start(probe, position)
-                          for position in (start, end))
-        binary = io.BufferedReader(ByteRange(binary, start, end))
-    return io.TextIOWrapper(binary, encoding="utf-8")
+    if not start and end is None:
+        return io.TextIOWrapper(open_binary(path), encoding="utf-8")
+    # A line begins at 0 and after each "\n". With a small download size for the probes of a gs:// file.
+    with open_binary(path, chunk_size=2**16) as probe:
+        start, end = (position if position in (0, None) else next_line_start(probe, position)
+                      for position in (start, end))
+    return io.TextIOWrapper(io.BufferedReader(ByteRange(open_binary(path), start, end)), encoding="utf-8")
 
 
 def next_line_start(file, position):
