@@ -13,7 +13,7 @@ BANKING77 ?=
 
 .PHONY: demo test clean install-tpu check-tpu
 
-$(VENV)/.installed: requirements.txt requirements-libraries.txt requirements-test.txt
+$(VENV)/.installed: requirements.txt requirements-libraries.txt requirements-beam.txt requirements-test.txt
 	@if [ -f $(VENV)/.installed-tpu ]; then echo "error: $(VENV) holds TensorFlow's TPU build (make install-tpu), \
 	which installing the test requirements would replace with the plain build. Run the scripts with \
 	$(BIN)/python, or give the CPU environment a folder of its own: make $(MAKECMDGOALS) VENV=.venv-cpu"; exit 1; fi

@@ -5,11 +5,26 @@ Each split (train, validation, ...) is streamed in batches of texts. Empty and w
 every other text is tokenized (the tokenizer of step 1 wraps it in <s> ... </s>), and the tokens of all texts
 are concatenated into one stream that is cut into samples of exactly --max_length tokens. Cutting a stream
 rather than padding or truncating each text keeps every token and wastes no compute on padding; the tokens left
-over at the very end of a split (fewer than --max_length) are dropped and counted in the summary.
+over at the very end of the stream (fewer than --max_length) are dropped and counted in the summary.
+
+Several workers: a split of text files read whole (no --limit) is cut into contiguous parts of whole lines, one
+per worker process (--num_workers; by default one per core, but at most one per 16 MiB of text, so a small corpus
+is one part written by this process). Each worker tokenizes its part as one stream, cuts it and writes its own
+shards. So what changes with more than one part: the tokens left over are dropped at the end of each part, not
+only at the end of the split (at most max_length - 1 tokens per part), and no sample spans two parts. What does
+not: samples keep the order of the text, part after part; every sample is max_length consecutive tokens of the
+text; the shards are numbered across the parts in that order; the manifest counts them exactly. Hub datasets and
+JSON-lines or Parquet files (read through 🤗 Datasets, as one stream) are written by this process alone.
+
+Many machines: with --runner, the same per-part work runs as an Apache Beam pipeline, on this machine
+(DirectRunner) or on Dataflow (DataflowRunner), over text, JSON-lines or Parquet files (local or gs://, globs
+allowed), each text or JSON-lines file cut into parts of --part_size_mb, each Parquet file one part. The output is
+the same format, with a manifest written last (see run_beam_pipeline and the README).
 
 Samples are written --shard_size at a time to {output_dir}/{split}/. Many shards let run_mlm.py read files in
 parallel and give each host of a multi-host job its own files. Memory stays bounded by a few batches of texts
-and their tokens, whatever the size of the corpus and of the shards: samples go to disk as they are made.
+and their tokens in each process, whatever the size of the corpus and of the shards: samples go to disk as they
+are made.
 
 On-disk format, per split folder:
 
@@ -22,15 +37,17 @@ Each record is a serialized tf.train.Example with two int64 features, each a lis
     input_ids       token ids
     attention_mask  all ones (samples are never padded); kept so that readers of the original format work
 
-A shard is written under a temporary name (".tfrecord.tmp" suffix) and renamed once complete, so a file named
-*.tfrecord is never half-written; a split folder that still holds INCOMPLETE (or *.tfrecord.tmp files) was left by
-an interrupted run, and run_mlm.py refuses it. The manifest holds: split, max_length, num_samples, num_tokens,
-dropped_tokens, tokenizer, vocab_size, vocabulary_fingerprint (a hash of every token and its id, which run_mlm.py
-compares with its tokenizer's), and shards (a list of {"file", "num_samples", "num_bytes"}; run_mlm.py checks the
-sizes, so that a truncated shard is found before training).
+A shard is written under a temporary name (part-{part}-{i}.tfrecord.tmp) and renamed once complete (those of the
+first part at once; the others' once every part is written, when their index is known), so a file named *.tfrecord
+is never half-written; a split folder that still holds INCOMPLETE (or *.tfrecord.tmp files) was left by an
+interrupted or failed run, and run_mlm.py refuses it. The manifest holds: split, max_length, num_samples,
+num_tokens, dropped_tokens, num_parts, tokenizer, vocab_size, vocabulary_fingerprint (a hash of every token and its
+id, which run_mlm.py compares with its tokenizer's), and shards (a list of {"file", "num_samples", "num_bytes"};
+run_mlm.py checks the sizes, so that a truncated shard is found before training).
 
-Speed: the tokenizer sets the pace (benchmarks/shard_preparation.py measures it). It tokenizes on all cores, in
-a background thread, while the main thread serializes and writes the samples of the previous batch. For text
+Speed: the tokenizer sets the pace (benchmarks/shard_preparation.py measures it). In each process it tokenizes in
+a background thread (on all cores with one process; on cores / workers threads each with several), while the main
+thread serializes and writes the samples of the previous batch. For text
 files, local output and a tokenizer from train_unigram.py, nothing slow to import is imported: not TensorFlow
 (3.7 s here, longer than tokenizing all of WikiText-2 takes), nor 🤗 Datasets or 🤗 Transformers (over a second
 each). The records are serialized here, with numpy, into the very bytes that tf.io.TFRecordWriter writes for
@@ -47,24 +64,29 @@ Example:
 """
 
 import argparse
+import functools
 import itertools
 import json
 import logging
+import multiprocessing
 import os
 import queue
 import shutil
 import struct
 import threading
 import time
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 
 import google_crc32c
 import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, SHARD_NAME, TOKEN_COUNTS_NAME, add_corpus_arguments,
-                   check_gcs_path, check_output_dir, is_gcs_path, load_auto_tokenizer, local_copy, text_batches,
-                   vocabulary_fingerprint)
+from utils import (FILE_BUILDERS, INCOMPLETE_MARKER_NAME, MANIFEST_NAME, SHARD_NAME, TOKEN_COUNTS_NAME,
+                   add_corpus_arguments, batches_of_texts, check_gcs_path, check_output_dir, data_files_format,
+                   gcs_client, is_gcs_path, iter_text_file_batches, iter_text_file_lines, load_auto_tokenizer,
+                   local_copy, open_binary, open_text, split_gcs_path, text_batches, vocabulary_fingerprint)
 
 logger = logging.getLogger("prepare_tfrecord_shards")
 
@@ -78,8 +100,8 @@ def parse_args():
     for split in ("train", "validation", "test"):
         data.add_argument(f"--{split}_file", nargs="+",
                           help=f"Text files (local or gs://), or local JSON-lines or Parquet files, for the {split} "
-                               "split, instead of the Hub dataset. Each of --train_file, --validation_file, "
-                               "--test_file is optional.")
+                               "split, instead of the Hub dataset (with --runner: all three on gs:// too, and globs "
+                               "in quotes). Each of --train_file, --validation_file, --test_file is optional.")
     parser.add_argument("--tokenizer_name_or_path", default="unigram-tokenizer",
                         help="Folder written by train_unigram.py (local or gs://), or a Hub tokenizer id "
                              "(default: %(default)s).")
@@ -89,15 +111,36 @@ def parse_args():
                         help="Samples per shard (default: %(default)s).")
     parser.add_argument("--batch_size", type=int, default=1000,
                         help="Texts tokenized at a time (default: %(default)s).")
+    parser.add_argument("--num_workers", type=int,
+                        help="Processes that tokenize and write a split of text files side by side, each its own "
+                             "contiguous part of the text (default: one per core, but at most one per "
+                             f"{MIN_BYTES_PER_WORKER // 2**20} MiB of text, so one for small corpora). Hub datasets, "
+                             "JSON-lines and Parquet files, and --limit, are read by one process.")
     parser.add_argument("--output_dir", default="tfrecords",
                         help="Folder that receives one sub-folder of shards per split, local or gs://bucket/folder "
                              "(default: %(default)s).")
     parser.add_argument("--overwrite", action="store_true",
                         help="Write into a non-empty --output_dir, replacing the shards of the splits written.")
-    args = parser.parse_args()
-    for flag in ("max_length", "shard_size", "batch_size", "limit"):
+    beam = parser.add_argument_group(
+        "Apache Beam (pip install -r requirements-beam.txt): the same shards, written by a Beam pipeline")
+    beam.add_argument("--runner",
+                      help="Write the shards with an Apache Beam pipeline on this runner: DirectRunner (this "
+                           "machine) or DataflowRunner (Google Cloud), for input files only (--train_file ..., "
+                           "globs allowed). Beam's own pipeline options follow on the command line and are passed "
+                           "to it (Dataflow: --project, --region, --temp_location, --worker_machine_type, "
+                           "--max_num_workers, --requirements_file, --setup_file, --sdk_container_image, ...); "
+                           "--num_workers, if given, "
+                           "is passed too (Dataflow: its initial number of machines).")
+    beam.add_argument("--part_size_mb", type=float, default=DEFAULT_PART_SIZE_MB,
+                      help="With --runner: each text or JSON-lines file is cut into parts of at most this many "
+                           "MiB, each written by one worker core; a Parquet file is one part (default: "
+                           "%(default)s).")
+    args, args.beam_args = parser.parse_known_args()
+    if args.beam_args and not args.runner:
+        parser.error(f"unrecognized arguments: {' '.join(args.beam_args)}")
+    for flag in ("max_length", "shard_size", "batch_size", "limit", "num_workers", "part_size_mb"):
         value = getattr(args, flag)
-        if value is not None and value < 1:
+        if value is not None and value <= 0:
             parser.error(f"--{flag} must be a positive number, got {value}.")
     return args
 
@@ -310,6 +353,18 @@ def rename(source, destination):
         os.replace(source, destination)
 
 
+def exists(path):
+    return gfile().exists(path) if is_gcs_path(path) else os.path.exists(path)
+
+
+def publish(temporary, final):
+    """Renames a complete shard to its final name. Run again after an interruption (as Beam retries a failed step),
+    it skips a shard renamed by the run before, and only such a one: a shard missing under both names is an error.
+    """
+    if exists(temporary) or not exists(final):
+        rename(temporary, final)
+
+
 def remove(path):
     if is_gcs_path(path):
         gfile().remove(path)
@@ -333,14 +388,22 @@ def recreate_folder(path):
 
 
 class ShardWriter:
-    """Writes samples to shards of `shard_size` samples as they come, each under a temporary name until complete."""
+    """Writes the samples of one part of a split to shards of `shard_size` samples as they come, each under a
+    temporary name, part-{part}-{i}.tfrecord.tmp, until complete.
+
+    The shards of the first part (part 0) are numbered from 0, so each takes its final name,
+    dataset-{i}-{num_samples}.tfrecord, as soon as it is complete: a split written as one part is published shard by
+    shard. Those of the other parts keep their temporary names: finish_split numbers them after the shards of the
+    parts before, once every part is written.
+    """
 
     # Samples serialized at a time: bounds the memory of the serializer's arrays whatever the batch size.
     CHUNK_SIZE = 1024
 
-    def __init__(self, split_dir, shard_size, max_length):
+    def __init__(self, split_dir, shard_size, max_length, part):
         self.split_dir = split_dir
         self.shard_size = shard_size
+        self.part = part
         self.serialize = RecordSerializer(max_length)
         self.file = None  # The open shard, if any, and its number of samples so far.
         self.num_in_file = 0
@@ -350,7 +413,7 @@ class ShardWriter:
     def add(self, samples):
         while len(samples):
             if self.file is None:
-                self.file = open_for_writing(self._temporary_path())
+                self.file = open_for_writing(os.path.join(self.split_dir, self._temporary_name()))
             count = min(len(samples), self.shard_size - self.num_in_file, self.CHUNK_SIZE)
             records = self.serialize(samples[:count])
             self.file.write(records)
@@ -364,61 +427,85 @@ class ShardWriter:
         if self.file is not None:
             self._finish_shard()
 
-    def _temporary_path(self):
-        return os.path.join(self.split_dir, f"dataset-{len(self.shards)}.tfrecord.tmp")
+    def _temporary_name(self):
+        return f"part-{self.part}-{len(self.shards)}.tfrecord.tmp"
 
     def _finish_shard(self):
         self.file.close()
-        name = SHARD_NAME.format(index=len(self.shards), num_samples=self.num_in_file)
-        rename(self._temporary_path(), os.path.join(self.split_dir, name))
+        name = self._temporary_name()
+        if self.part == 0:
+            final_name = SHARD_NAME.format(index=len(self.shards), num_samples=self.num_in_file)
+            rename(os.path.join(self.split_dir, name), os.path.join(self.split_dir, final_name))
+            name = final_name
         self.shards.append({"file": name, "num_samples": self.num_in_file, "num_bytes": self.bytes_in_file})
         self.file, self.num_in_file, self.bytes_in_file = None, 0, 0
 
 
-def write_split(split, batches, tokenizer, vocab_size, args):
-    """Tokenizes one split (an iterator of batches of texts), writes its shards and manifest; returns the manifest."""
-    split_dir = os.path.join(args.output_dir, split)
-    recreate_folder(split_dir)  # Only holds files with --overwrite: replace this split's old shards.
-    # Until the manifest is written, the folder says that it holds part of the split at most (see run_mlm.py).
-    marker_path = os.path.join(split_dir, INCOMPLETE_MARKER_NAME)
-    with open_for_writing(marker_path, "w") as f:
-        f.write("prepare_tfrecord_shards.py has not finished writing this split: if it is not running, it was "
-                "interrupted, and these shards are not the whole split. Run it again (with --overwrite).\n")
+def write_part(part, batches, tokenizer, vocab_size, split_dir, args, progress):
+    """Writes part number `part` of a split: tokenizes its texts (`batches`, an iterator of lists of texts),
+    concatenates the tokens, cuts them every args.max_length tokens and writes the samples to shards in `split_dir`
+    (see ShardWriter). The tokens left at the end of the part, fewer than max_length, are dropped.
 
-    writer = ShardWriter(split_dir, args.shard_size, args.max_length)
+    Calls progress(texts, samples) after each batch. Returns what finish_split needs: {"shards", "num_texts",
+    "dropped_tokens", "token_counts"}. Memory stays at a few batches, whatever the size of the part.
+    """
+    writer = ShardWriter(split_dir, args.shard_size, args.max_length, part)
     leftover = np.zeros(0, dtype=np.int64)  # Tokens that do not fill a sample yet; they begin the next one.
     token_counts = np.zeros(vocab_size, dtype=np.int64)  # Of the tokens written, for run_mlm.py's baseline.
     num_texts = 0
-    tokenized = in_background((len(texts), tokenize(tokenizer, texts)) for texts in batches)
-    with tqdm(desc=f"{split}: tokenizing", unit=" texts") as text_bar, \
-            tqdm(desc=f"{split}: writing", unit=" samples") as sample_bar:
-        for batch_texts, tokens in tokenized:
-            stream = np.concatenate([leftover, tokens])
-            num_samples = len(stream) // args.max_length
-            samples = stream[:num_samples * args.max_length]
-            writer.add(samples.reshape(num_samples, args.max_length))
-            token_counts += np.bincount(samples, minlength=vocab_size)
-            leftover = stream[num_samples * args.max_length:]
-            num_texts += batch_texts
-            text_bar.update(batch_texts)
-            sample_bar.update(num_samples)
-        writer.close()
+    for batch_texts, tokens in in_background((len(texts), tokenize(tokenizer, texts)) for texts in batches):
+        stream = np.concatenate([leftover, tokens])
+        num_samples = len(stream) // args.max_length
+        samples = stream[:num_samples * args.max_length]
+        writer.add(samples.reshape(num_samples, args.max_length))
+        token_counts += np.bincount(samples, minlength=vocab_size)
+        leftover = stream[num_samples * args.max_length:]
+        num_texts += batch_texts
+        progress(batch_texts, num_samples)
+    writer.close()
+    return {"shards": writer.shards, "num_texts": num_texts, "dropped_tokens": len(leftover),
+            "token_counts": token_counts}
 
-    num_samples = sum(shard["num_samples"] for shard in writer.shards)
+
+def start_split(split_dir):
+    """Makes `split_dir` an empty folder that says it is being written: INCOMPLETE, until finish_split."""
+    recreate_folder(split_dir)  # Only holds files with --overwrite: replace this split's old shards.
+    # Until the manifest is written, the folder says that it holds part of the split at most (see run_mlm.py).
+    with open_for_writing(os.path.join(split_dir, INCOMPLETE_MARKER_NAME), "w") as f:
+        f.write("prepare_tfrecord_shards.py has not finished writing this split: if it is not running, it was "
+                "interrupted, and these shards are not the whole split. Run it again (with --overwrite).\n")
+
+
+def finish_split(split, split_dir, parts, token_counts, tokenizer, vocab_size, args):
+    """Publishes a split once every one of its `parts` (what write_part returned, in the order of the text) is
+    written: names their shards dataset-{index}-{num_samples}.tfrecord, numbered across the parts in that order,
+    writes `token_counts` (the sum of the parts') to token_counts.json, then the manifest, and only then deletes
+    INCOMPLETE. Returns the manifest."""
+    num_samples = sum(shard["num_samples"] for part in parts for shard in part["shards"])
+    num_texts = sum(part["num_texts"] for part in parts)
+    dropped_tokens = sum(part["dropped_tokens"] for part in parts)
     if num_samples == 0:
         raise SystemExit(f"error: the {split} split gave no sample of {args.max_length} tokens ({num_texts} "
-                         f"non-empty texts, {len(leftover)} tokens). Give it more text, or lower --max_length.")
+                         f"non-empty texts, {dropped_tokens} tokens). Give it more text, or lower --max_length.")
+    shards = []
+    for part in parts:
+        for shard in part["shards"]:
+            name = SHARD_NAME.format(index=len(shards), num_samples=shard["num_samples"])
+            if shard["file"] != name:  # The first part's shards have their final names already.
+                publish(os.path.join(split_dir, shard["file"]), os.path.join(split_dir, name))
+            shards.append({**shard, "file": name})
     manifest = {
         "split": split,
         "max_length": args.max_length,
         "num_samples": num_samples,
         "num_tokens": num_samples * args.max_length,
-        "dropped_tokens": len(leftover),
+        "dropped_tokens": dropped_tokens,
+        "num_parts": len(parts),
         "num_texts": num_texts,
         "tokenizer": args.tokenizer_name_or_path,
         "vocab_size": vocab_size,
         "vocabulary_fingerprint": vocabulary_fingerprint(tokenizer),
-        "shards": writer.shards,
+        "shards": shards,
     }
     with open_for_writing(os.path.join(split_dir, TOKEN_COUNTS_NAME), "w") as f:
         json.dump(token_counts.tolist(), f)
@@ -426,8 +513,326 @@ def write_split(split, batches, tokenizer, vocab_size, args):
     with open_for_writing(manifest_path + ".tmp", "w") as f:
         json.dump(manifest, f, indent=2)
     rename(manifest_path + ".tmp", manifest_path)
-    remove(marker_path)
+    remove(os.path.join(split_dir, INCOMPLETE_MARKER_NAME))
     return manifest
+
+
+def write_split(split, batches, text_files, tokenizer, vocab_size, args):
+    """Tokenizes one split and writes its shards and manifest; returns the manifest.
+
+    `batches` iterates over its batches of texts. When the split is a list of text files (`text_files`) read
+    whole (no --limit), it is cut into parts, one per worker process (see plan_parts); otherwise, or with one
+    worker, this process writes it, as one part, from `batches`.
+    """
+    split_dir = os.path.join(args.output_dir, split)
+    start_split(split_dir)
+    parts = [None]  # One part: the whole split, from `batches`.
+    if text_files and args.limit is None:  # Parts of equal size: they take about the same time.
+        sizes = [file_size(path) for path in text_files]
+        num_workers = args.num_workers or max(1, min(available_cores(), sum(sizes) // MIN_BYTES_PER_WORKER))
+        parts = plan_parts(text_files, sizes, num_workers)
+    elif args.num_workers and args.num_workers > 1:
+        logger.warning("%s: written by one process, not --num_workers %d: only text files read whole (without "
+                       "--limit) are split between workers.", split, args.num_workers)
+
+    if len(parts) > 1:
+        written = write_parts_in_processes(split, parts, tokenizer, vocab_size, split_dir, args)
+    else:
+        with tqdm(desc=f"{split}: tokenizing", unit=" texts") as text_bar, \
+                tqdm(desc=f"{split}: writing", unit=" samples") as sample_bar:
+            def progress(num_texts, num_samples):
+                text_bar.update(num_texts)
+                sample_bar.update(num_samples)
+
+            written = [write_part(0, batches, tokenizer, vocab_size, split_dir, args, progress)]
+    token_counts = sum(part["token_counts"] for part in written)
+    return finish_split(split, split_dir, written, token_counts, tokenizer, vocab_size, args)
+
+
+def write_splits_here(data_files, args):
+    """Writes every split with this machine's processes (see write_split); returns the manifests."""
+    tokenizer, vocab_size = load_tokenizer(args.tokenizer_name_or_path)
+    splits = text_batches(data_files=data_files, dataset_name=args.dataset_name, dataset_config=args.dataset_config,
+                          splits=args.split, trust_remote_code=args.trust_remote_code, text_column=args.text_column,
+                          batch_size=args.batch_size, limit=args.limit)
+    # Text files can be cut into parts for several workers; what goes through 🤗 Datasets is read as one stream.
+    text_files = data_files if data_files and data_files_format(data_files) == "text" else {}
+    return [write_split(split, batches, text_files.get(split), tokenizer, vocab_size, args)
+            for split, batches in splits.items()]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Several worker processes: a split of text files cut into contiguous parts, each tokenized, cut into samples and
+# written by a process of its own.
+#
+# One process cannot go faster than about 3 million tokens per second, however many cores tokenize: its one Python
+# thread turns token ids into arrays, serializes and writes, under Python's global lock. Processes have a lock
+# each, so their throughput adds up with the cores.
+
+# The least text worth a worker of its own. A worker takes a few tenths of a second to start (a new Python, the
+# imports, the tokenizer) and drops up to max_length - 1 tokens at the end of its part: beside 16 MiB of text, 6 to
+# 8 seconds of tokenizing for one core, both are negligible. With less text per worker, start-up takes a growing
+# share, while one process, every core tokenizing for it, writes a small corpus in about the same time.
+MIN_BYTES_PER_WORKER = 16 * 2**20
+
+
+def available_cores():
+    """Cores this process may run on: those of its CPU affinity (set by taskset, or a container's cpuset)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def file_size(path):
+    if is_gcs_path(path):
+        bucket, name = split_gcs_path(path)
+        return gcs_client().bucket(bucket).get_blob(name).size
+    return os.path.getsize(path)
+
+
+def plan_parts(paths, sizes, num_parts):
+    """Cuts text files (`sizes` bytes each), taken one after the other, into `num_parts` contiguous parts of equal
+    size (or one per byte, for fewer bytes), each a list of (path, start, end) byte ranges.
+
+    The cuts fall anywhere: reading a byte range gives the lines that begin in it (see utils.open_text), so the
+    parts, read in order, give every line of the files once, in order, and each line whole.
+    """
+    file_starts = list(itertools.accumulate(sizes, initial=0))  # Position of each file in the concatenation.
+    total = file_starts.pop()
+    cuts = sorted({total * k // num_parts for k in range(num_parts + 1)})
+    return [[(path, max(start, first) - first, min(end, first + size) - first)
+             for path, first, size in zip(paths, file_starts, sizes) if max(start, first) < min(end, first + size)]
+            for start, end in zip(cuts, cuts[1:])]
+
+
+def write_parts_in_processes(split, parts, tokenizer, vocab_size, split_dir, args):
+    """Runs write_part on each part of a split of text files, each in a worker process of its own; returns their
+    results, in the order of the parts. If a worker fails, the others stop at their next batch, and its error ends
+    the run (the split folder keeps its INCOMPLETE marker)."""
+    # Processes started afresh ("spawn"), not copies of this one ("fork"): this process may already run the
+    # threads of 🤗 Tokenizers or TensorFlow, which a forked copy would inherit in whatever state they were.
+    context = multiprocessing.get_context("spawn")
+    counters = context.Value("q", 0), context.Value("q", 0)  # Texts and samples written by all workers so far.
+    stop = context.Event()
+    # Each worker tokenizes with cores / workers threads: workers × threads = cores. More threads than cores would
+    # only make them wait for one another, and each process also runs a thread that serializes and writes.
+    threads = max(1, available_cores() // len(parts))
+    logger.info("%s: %d worker processes, %d tokenizer thread(s) each, %.1f MiB of text each", split, len(parts),
+                threads, sum(end - start for part in parts for _, start, end in part) / len(parts) / 2**20)
+    results = [None] * len(parts)
+    with ProcessPoolExecutor(len(parts), mp_context=context, initializer=start_worker,
+                             initargs=(threads, counters, stop)) as workers, \
+            tqdm(desc=f"{split}: tokenizing", unit=" texts") as text_bar, \
+            tqdm(desc=f"{split}: writing", unit=" samples") as sample_bar:
+        futures = {workers.submit(write_text_part, index, part, tokenizer, vocab_size, split_dir, args): index
+                   for index, part in enumerate(parts)}
+        try:
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=1, return_when=FIRST_EXCEPTION)
+                text_bar.update(counters[0].value - text_bar.n)
+                sample_bar.update(counters[1].value - sample_bar.n)
+                for future in done:
+                    results[futures[future]] = future.result()  # Raises the worker's error, if any.
+        except BrokenProcessPool as error:
+            raise SystemExit(f"error: a worker process writing the {split} split ended abruptly (killed, or out of "
+                             "memory?); the split is left INCOMPLETE. Run again with --overwrite (with fewer "
+                             "--num_workers if memory ran out).") from error
+        finally:
+            stop.set()  # After a failure (or Ctrl-C), the other workers stop at their next batch; else a no-op.
+    return results
+
+
+# What each worker process keeps from start_worker: the counters of texts and samples, and the stop signal.
+worker_state = {}
+
+
+def start_worker(threads, counters, stop):
+    """Runs first in each worker process."""
+    # 🤗 Tokenizers' thread pool (Rust's rayon) reads its size from RAYON_NUM_THREADS when it starts, at the first
+    # batch: set before it, this bounds the threads of this process (see write_parts_in_processes). Whether it uses
+    # threads at all (TOKENIZERS_PARALLELISM) is left as the user set it: what that variable guards against, a
+    # pool inherited from a parent by fork, cannot happen in a spawned process.
+    os.environ["RAYON_NUM_THREADS"] = str(threads)
+    worker_state.update(counters=counters, stop=stop)
+
+
+def report_progress(num_texts, num_samples):
+    """write_part's progress callback in a worker process: adds to the shared counters, and stops the part when the
+    main process says so."""
+    for counter, count in zip(worker_state["counters"], (num_texts, num_samples)):
+        with counter.get_lock():
+            counter.value += count
+    if worker_state["stop"].is_set():
+        raise SystemExit("stopped: another worker failed")
+
+
+def write_text_part(part, files, tokenizer, vocab_size, split_dir, args):
+    """write_part for a part of text files (byte ranges, see plan_parts), in a worker process."""
+    batches = iter_text_file_batches(files, args.batch_size)
+    return write_part(part, batches, tokenizer, vocab_size, split_dir, args, report_progress)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Apache Beam (--runner): the same work, part by part, as a Beam pipeline: on this machine (DirectRunner) or on as
+# many machines as the corpus needs (DataflowRunner). Beam is imported here only, so that the local path neither
+# needs it installed nor pays for its import.
+#
+#   per split:  parts ──Reshuffle──► write_part, on the workers ──┬─► shards written ──ToList──┐
+#                                                                 └─► token counts ────sum─────┴─► finish_split
+#
+# Parts are written side by side on the workers; finish_split runs once, after every part (Beam computes a side
+# input completely before the step that reads it), and publishes the split as the local path does.
+
+# Text per part with --runner, by default: a file is cut into parts of at most this size (Parquet files are one part
+# each). A part is a unit of work for one worker core: 256 MiB are a few minutes of tokenizing, long beside the
+# seconds a worker takes to start a part, short enough that thousands of parts spread a large corpus over many
+# workers; the tokens dropped at the end of each part (< max_length) are a few in 70 million.
+DEFAULT_PART_SIZE_MB = 256
+
+
+def match_files(patterns):
+    """[(path, size)] of the files that the glob `patterns` (local or gs://) match, in order, each once.
+
+    With Beam's file systems, which read what the Beam workers read. A pattern that matches nothing is an error."""
+    from apache_beam.io.filesystems import FileSystems
+
+    files = {}
+    for pattern, result in zip(patterns, FileSystems.match(patterns)):
+        if not result.metadata_list:
+            raise SystemExit(f"error: no file matches {pattern!r}.")
+        for metadata in sorted(result.metadata_list, key=lambda metadata: metadata.path):
+            files[metadata.path] = metadata.size_in_bytes
+    return list(files.items())
+
+
+def beam_parts(files, part_size):
+    """The parts of a split for the Beam pipeline: each text or JSON-lines file (`files`: [(path, size)]) cut into
+    parts of at most `part_size` bytes (see plan_parts), each Parquet file one part."""
+    parts = []
+    for path, size in files:
+        if FILE_BUILDERS[os.path.splitext(path)[1].lower()] == "parquet":
+            parts.append([(path, 0, size)])
+        else:
+            parts += plan_parts([path], [size], -(-size // part_size))  # ceil(size / part_size) parts.
+    return parts
+
+
+def part_texts(part, text_column):
+    """The texts of a part (a list of byte ranges of one file, see beam_parts), read without 🤗 Datasets, which
+    reads JSON-lines and Parquet files from local disk only: text files line by line, JSON-lines files the
+    `text_column` of each line, Parquet files that column of each row."""
+    path = part[0][0]
+    data_format = FILE_BUILDERS[os.path.splitext(path)[1].lower()]
+    if data_format == "text":
+        yield from iter_text_file_lines(part)
+    elif data_format == "json":
+        for line in iter_text_file_lines(part):
+            if line.strip():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as err:
+                    record = err
+                if not isinstance(record, dict):
+                    raise SystemExit(f"error: {path!r} is not a JSON-lines file (one JSON object per line): "
+                                     f"{line[:100]!r}")
+                if text_column not in record:
+                    raise SystemExit(f"error: a line of {path!r} has no column {text_column!r}; its columns are "
+                                     f"{sorted(record)}. Choose one with --text_column.")
+                yield record[text_column]
+    else:
+        import pyarrow.parquet as parquet
+
+        with open_binary(path) as f:
+            table = parquet.ParquetFile(f)
+            if text_column not in table.schema_arrow.names:
+                raise SystemExit(f"error: {path!r} has no column {text_column!r}; its columns are "
+                                 f"{table.schema_arrow.names}. Choose one with --text_column.")
+            for batch in table.iter_batches(columns=[text_column]):
+                yield from batch.column(0).to_pylist()
+
+
+@functools.cache
+def load_tokenizer_once(name_or_path):
+    """load_tokenizer, once per worker process: a Beam worker writes many parts."""
+    return load_tokenizer(name_or_path)
+
+
+def write_part_on_beam_worker(numbered_part, split_dir, args):
+    """write_part for one part of the Beam pipeline, on a worker; its result, with the part's number."""
+    number, part = numbered_part
+    # One tokenizer thread per process, set before its first batch starts 🤗 Tokenizers' pool (see start_worker):
+    # Beam runs a process per core (Dataflow: one per vCPU of each machine), so cores are used already, and more
+    # threads per process would only compete for them.
+    os.environ.setdefault("RAYON_NUM_THREADS", "1")
+    tokenizer, vocab_size = load_tokenizer_once(args.tokenizer_name_or_path)
+    batches = batches_of_texts(part_texts(part, args.text_column), args.batch_size)
+    return {"part": number, **write_part(number, batches, tokenizer, vocab_size, split_dir, args,
+                                         progress=lambda num_texts, num_samples: None)}
+
+
+def without_token_counts(written):
+    return {key: value for key, value in written.items() if key != "token_counts"}
+
+
+def finish_split_on_beam_worker(split, split_dir, args, parts, token_counts):
+    tokenizer, vocab_size = load_tokenizer_once(args.tokenizer_name_or_path)
+    parts = sorted(parts, key=lambda part: part["part"])  # ToList gathers them in any order.
+    finish_split(split, split_dir, parts, token_counts, tokenizer, vocab_size, args)
+
+
+def run_beam_pipeline(data_files, args):
+    """Writes each split of `data_files` ({split: [glob patterns]}) with a Beam pipeline on args.runner; returns
+    the manifests."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+    beam_args = ["--runner", args.runner, *args.beam_args]
+    if args.num_workers:  # Dataflow's own flag of the same name: its initial number of worker machines.
+        beam_args += ["--num_workers", str(args.num_workers)]
+    paths = [args.tokenizer_name_or_path, args.output_dir, *(path for paths in data_files.values() for path in paths)]
+    if args.runner not in StandardOptions.LOCAL_RUNNERS and not all(is_gcs_path(path) for path in paths):
+        raise SystemExit(f"error: with --runner {args.runner}, the workers run on other machines: the input files, "
+                         "--tokenizer_name_or_path and --output_dir must be gs:// paths, got "
+                         f"{[path for path in paths if not is_gcs_path(path)]}.")
+    # Fail before the pipeline starts: the tokenizer loads, the inputs exist and have one known format.
+    load_tokenizer(args.tokenizer_name_or_path)
+    split_parts = {}
+    for split, patterns in data_files.items():
+        files = match_files(patterns)
+        formats = {FILE_BUILDERS.get(os.path.splitext(path)[1].lower()) for path, _ in files}
+        if None in formats or len(formats) > 1:
+            raise SystemExit(f"error: the {split} files must all be text (.txt), JSON-lines (.jsonl, .json) or "
+                             f"Parquet (.parquet) files, of one format: got {[path for path, _ in files]}.")
+        split_parts[split] = beam_parts(files, int(args.part_size_mb * 2**20))
+        logger.info("%s: %d file(s), %.1f MiB, in %d part(s)", split, len(files),
+                    sum(size for _, size in files) / 2**20, len(split_parts[split]))
+
+    # A step that fails is logged by Beam with its traceback, then its error is raised here, where it reaches the
+    # user: bad input as a SystemExit's message alone, anything else with its traceback. Once is enough.
+    logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
+    with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
+        for split, parts in split_parts.items():
+            split_dir = os.path.join(args.output_dir, split)
+            start_split(split_dir)
+            written = (pipeline
+                       | f"{split}: parts" >> beam.Create(list(enumerate(parts)))
+                       | f"{split}: spread over workers" >> beam.Reshuffle()
+                       | f"{split}: write parts" >> beam.Map(write_part_on_beam_worker, split_dir, args))
+            token_counts = (written
+                            | f"{split}: token counts" >> beam.Map(lambda result: result["token_counts"])
+                            | f"{split}: sum" >> beam.CombineGlobally(sum))
+            shards = (written
+                      | f"{split}: shards" >> beam.Map(without_token_counts)
+                      | f"{split}: gather" >> beam.combiners.ToList())
+            (pipeline
+             | f"{split}: once" >> beam.Create([split])
+             | f"{split}: finish" >> beam.Map(finish_split_on_beam_worker, split_dir, args,
+                                              beam.pvalue.AsSingleton(shards),
+                                              beam.pvalue.AsSingleton(token_counts)))
+    manifests = []
+    for split in split_parts:
+        with open_text(os.path.join(args.output_dir, split, MANIFEST_NAME)) as f:
+            manifests.append(json.load(f))
+    return manifests
 
 
 def main():
@@ -442,18 +847,19 @@ def main():
         check_gcs_path(path)
     check_gcs_path(args.output_dir, write=True)
     check_output_dir(args.output_dir, args.overwrite)
-    tokenizer, vocab_size = load_tokenizer(args.tokenizer_name_or_path)
-    splits = text_batches(data_files=data_files, dataset_name=args.dataset_name, dataset_config=args.dataset_config,
-                          splits=args.split, trust_remote_code=args.trust_remote_code, text_column=args.text_column,
-                          batch_size=args.batch_size, limit=args.limit)
-
-    manifests = [write_split(split, batches, tokenizer, vocab_size, args) for split, batches in splits.items()]
+    if args.runner:
+        if not data_files:
+            raise SystemExit("error: with --runner, pass input files (--train_file, --validation_file, --test_file; "
+                             "globs allowed): the Beam pipeline does not read Hub datasets.")
+        manifests = run_beam_pipeline(data_files, args)
+    else:
+        manifests = write_splits_here(data_files, args)
 
     seconds = time.perf_counter() - start
     num_tokens = sum(m["num_tokens"] for m in manifests)
     for m in manifests:
-        logger.info("%s: %d samples (%d tokens, %d dropped at the end) in %d shards", m["split"],
-                    m["num_samples"], m["num_tokens"], m["dropped_tokens"], len(m["shards"]))
+        logger.info("%s: %d samples (%d tokens, %d dropped at the ends of %d part(s)) in %d shards", m["split"],
+                    m["num_samples"], m["num_tokens"], m["dropped_tokens"], m["num_parts"], len(m["shards"]))
     logger.info("Done in %.1f s: %d samples, %d tokens, %d shards, %.0f tokens/s, written to %s",
                 seconds, sum(m["num_samples"] for m in manifests), num_tokens,
                 sum(len(m["shards"]) for m in manifests), num_tokens / seconds, args.output_dir)

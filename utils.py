@@ -26,6 +26,8 @@ import collections
 import functools
 import glob
 import hashlib
+import io
+import itertools
 import json
 import logging
 import mmap
@@ -172,14 +174,60 @@ def upload_to_gcs(local_dir, path):
             bucket.blob(posixpath.join(name, relative)).upload_from_filename(local_path)
 
 
-def open_text(path):
-    """Opens a local or gs:// text file for reading, lines split at "\\n", "\\r\\n" or "\\r" (Python's universal
-    newlines). gs:// files are streamed by google-cloud-storage, whose reader gives the same lines as a local file:
-    TensorFlow's GFile splits at "\\n" only."""
+def open_binary(path, chunk_size=None):
+    """Opens a local or gs:// file for reading bytes; a gs:// file is downloaded `chunk_size` bytes at a time
+    (default: google-cloud-storage's, 40 MiB)."""
     if is_gcs_path(path):
         bucket, name = split_gcs_path(path)
-        return gcs_client().bucket(bucket).blob(name).open("r", encoding="utf-8")
-    return open(path, encoding="utf-8")
+        return gcs_client().bucket(bucket).blob(name).open("rb", chunk_size=chunk_size)
+    return open(path, "rb")
+
+
+def open_text(path, start=0, end=None):
+    """Opens a local or gs:// text file for reading, lines split at "\\n", "\\r\\n" or "\\r" (Python's universal
+    newlines). gs:// files are streamed by google-cloud-storage, whose reader gives the same lines as a local file:
+    TensorFlow's GFile splits at "\\n" only.
+
+    With `start` or `end` (None: the end of the file), only the lines that begin at a byte position from `start` up
+    to, not including, `end`, and the whole of each: consecutive byte ranges of a file, wherever they are cut, give
+    its lines one range after the other, each line once (prepare_tfrecord_shards.py cuts files into parts so).
+    """
+    if not start and end is None:
+        return io.TextIOWrapper(open_binary(path), encoding="utf-8")
+    # A line begins at 0 and after each "\n". With a small download size for the probes of a gs:// file.
+    with open_binary(path, chunk_size=2**16) as probe:
+        start, end = (position if position in (0, None) else next_line_start(probe, position)
+                      for position in (start, end))
+    return io.TextIOWrapper(io.BufferedReader(ByteRange(open_binary(path), start, end)), encoding="utf-8")
+
+
+def next_line_start(file, position):
+    """The first byte position at or after `position` where a line of the open binary `file` begins, or its size."""
+    file.seek(position - 1)
+    return position - 1 + len(file.readline())  # The byte before `position`, up to and with the next "\n".
+
+
+class ByteRange(io.RawIOBase):
+    """Bytes `start` to `end` (None: to the end) of an open binary file, read as a file of their own."""
+
+    def __init__(self, file, start, end):
+        super().__init__()
+        file.seek(start)
+        self.file = file
+        self.remaining = float("inf") if end is None else end - start
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        data = self.file.read(min(len(buffer), self.remaining))
+        buffer[:len(data)] = data
+        self.remaining -= len(data)
+        return len(data)
+
+    def close(self):
+        self.file.close()
+        super().close()
 
 
 def load_text_splits(*, data_files=None, dataset_name=None, dataset_config=None, splits=None,
@@ -310,28 +358,40 @@ def iter_text_batches(dataset, text_column, batch_size, limit=None):
             yield texts
 
 
-def iter_text_file_batches(paths, batch_size, limit=None):
+def iter_text_file_batches(files, batch_size, limit=None):
     """Yields lists of up to `batch_size` lines of local or gs:// text files, leaving out empty and whitespace-only
     lines.
 
     The same texts as 🤗 Datasets' "text" builder gives (lines without their line break), read at disk speed and
-    without importing 🤗 Datasets. `limit` caps the lines read, as in iter_text_batches.
+    without importing 🤗 Datasets. Each item of `files` is a path, or a (path, start, end) byte range of a file, as
+    open_text takes it. `limit` caps the lines read, as in iter_text_batches.
     """
-    batch, num_read = [], 0
-    for path in paths:
-        with open_text(path) as f:
+    return batches_of_texts(itertools.islice(iter_text_file_lines(files), limit), batch_size)
+
+
+def iter_text_file_lines(files):
+    """The lines of text files (paths, or (path, start, end) byte ranges, as open_text takes them), without their
+    line breaks. Invalid UTF-8 raises SystemExit, saying where it is and what to do."""
+    for file in files:
+        path, start, end = (file, 0, None) if isinstance(file, str) else file
+        with open_text(path, start, end) as f:
             try:
                 for line in f:
-                    if limit is not None and num_read == limit:
-                        break
-                    num_read += 1
-                    if not line.isspace():  # An empty line is its "\n" alone: whitespace too.
-                        batch.append(line.rstrip("\n"))
-                        if len(batch) == batch_size:
-                            yield batch
-                            batch = []
+                    yield line.rstrip("\n")
             except UnicodeDecodeError as err:
                 raise SystemExit(not_utf8_error(path)) from err
+
+
+def batches_of_texts(texts, batch_size):
+    """Yields the texts of an iterable in lists of up to `batch_size`, leaving out empty and whitespace-only ones
+    (and None, a missing value in a table)."""
+    batch = []
+    for text in texts:
+        if text and not text.isspace():
+            batch.append(text)
+            if len(batch) == batch_size:
+                yield batch
+                batch = []
     if batch:
         yield batch
 
@@ -343,13 +403,8 @@ def not_utf8_error(path):
     read again here, in binary, line by line (a UTF-8 character never holds the byte of "\\n", so each line
     decodes on its own).
     """
-    if is_gcs_path(path):
-        bucket, name = split_gcs_path(path)
-        f = gcs_client().bucket(bucket).blob(name).open("rb")
-    else:
-        f = open(path, "rb")
     offset = 0
-    with f:
+    with open_binary(path) as f:
         for line_number, line in enumerate(f, start=1):
             try:
                 line.decode("utf-8")

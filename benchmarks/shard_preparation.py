@@ -1,20 +1,27 @@
 #!/usr/bin/env python
-"""Benchmark of step 2: prepare_tfrecord_shards.py end to end, against the tokenizer alone, and its peak memory.
+"""Benchmark of step 2: prepare_tfrecord_shards.py end to end, with 1 and more worker processes, against the
+tokenizer alone, and the peak memory of each process.
 
 Measured in one run, round after round, so that whatever else loads the machine disturbs every figure alike:
 
 - raw tokenizer: 🤗 Tokenizers' `Tokenizer.encode_batch` (and `encode_batch_fast`, which skips character
   offsets) over the same non-empty lines, already in memory, in batches of --batch_size lines, on all cores;
-- end to end: `prepare_tfrecord_shards.py` in a fresh process, from process start to its exit (after the manifest
-  is written), on the corpus (1x) and on the corpus repeated --scale times; tokens per second (every token
-  tokenized, those dropped at the end included, as the tokenizer counts them) and peak resident memory;
-- with --baseline_script, another version of the script (say the previous commit's) the same way.
+- end to end: `prepare_tfrecord_shards.py --num_workers N` for each N of --num_workers, in a fresh process, from
+  process start to its exit (after the manifest is written), on the corpus (1x) and on the corpus repeated
+  --scale times; tokens per second (every token tokenized, those dropped at the ends of parts included, as the
+  tokenizer counts them), busy cores, tokens per CPU-second (what a core does, whatever else loads the machine),
+  and the peak resident memory of the main process and of the largest worker process (sampled from /proc every
+  50 ms: VmHWM, each process's own high-water mark);
+- with --baseline_script, another version of the script (say the previous commit's) the same way, one process.
 
 And where the time goes: each stage of the script timed alone, one after the other, in every round.
 
     python benchmarks/shard_preparation.py      # the slice of WikiText-2 train in tests/data: a quick check only
     # The README's figures: all of WikiText-2 train, a 10k tokenizer trained on it (see --help for the file).
     python benchmarks/shard_preparation.py --train_file ../shared/data/wikitext-2-v1/train.txt
+    # On a machine with many cores: enough text for every worker (WikiText-2 x 32, 330 MiB).
+    python benchmarks/shard_preparation.py --train_file ../shared/data/wikitext-2-v1/train.txt --scale 32 \
+        --num_workers 1 2 4 8 16
     # Against the version before this benchmark (TensorFlow, 🤗 Datasets, tf.train.Example per sample):
     mkdir -p /tmp/old && for f in prepare_tfrecord_shards.py utils.py; do git show ae96b08:$f > /tmp/old/$f; done
     python benchmarks/shard_preparation.py --train_file ../shared/data/wikitext-2-v1/train.txt \
@@ -27,6 +34,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -48,6 +56,9 @@ def parse_args():
     parser.add_argument("--scale", type=int, default=4,
                         help="The larger corpus is the corpus repeated this many times (default: %(default)s).")
     parser.add_argument("--rounds", type=int, default=3, help="Rounds of measurements (default: %(default)s).")
+    parser.add_argument("--num_workers", type=int, nargs="+", default=sorted({1, shards.available_cores()}),
+                        help="Worker counts to run the script with, each passed as its --num_workers (default: 1 "
+                             "and the number of cores, %(default)s).")
     parser.add_argument("--baseline_script", help="Another version of prepare_tfrecord_shards.py to measure too.")
     return parser.parse_args()
 
@@ -61,27 +72,61 @@ def raw_tokenizer_speed(tokenizer, batches, method):
     return num_tokens / seconds, (time.process_time() - cpu_start) / seconds
 
 
-def run_script(script, corpus, tokenizer, output_dir, args):
+def run_script(script, corpus, tokenizer, output_dir, args, num_workers=None):
     """Runs a version of prepare_tfrecord_shards.py in a fresh process, from start to exit.
 
-    Returns tokens per second (every token tokenized), average busy cores and peak resident memory in MiB.
+    Returns tokens per second (every token tokenized), average busy cores (the workers' included), and the peak
+    resident memory in MiB of the main process and of the largest worker process (None without workers).
     """
     command = [sys.executable, script, "--tokenizer_name_or_path", tokenizer, "--train_file", corpus,
                "--max_length", str(args.max_length), "--batch_size", str(args.batch_size),
                "--output_dir", output_dir, "--overwrite"]
+    if num_workers is not None:
+        command += ["--num_workers", str(num_workers)]
     with tempfile.TemporaryFile() as log:
         start = time.perf_counter()
         process = subprocess.Popen(command, stdout=log, stderr=log)
-        _, status, usage = os.wait4(process.pid, 0)  # The peak memory of this process alone, unlike getrusage.
+        peaks = {}
+        sampler = threading.Thread(target=sample_peak_memory, args=(process, peaks), daemon=True)
+        sampler.start()
+        # The CPU time of the process and of the workers it waited for.
+        _, status, usage = os.wait4(process.pid, 0)
         seconds = time.perf_counter() - start
         process.returncode = os.waitstatus_to_exitcode(status)
+        sampler.join()
         if process.returncode:
             log.seek(0)
             raise SystemExit(f"{' '.join(command)} failed:\n{log.read().decode()[-3000:]}")
     with open(os.path.join(output_dir, "train", "manifest.json")) as f:
         manifest = json.load(f)
     num_tokens = manifest["num_tokens"] + manifest["dropped_tokens"]
-    return num_tokens / seconds, (usage.ru_utime + usage.ru_stime) / seconds, usage.ru_maxrss / 1024
+    workers = [peak for pid, (peak, is_worker) in peaks.items() if is_worker]
+    return (num_tokens / seconds, (usage.ru_utime + usage.ru_stime) / seconds, peaks[process.pid][0],
+            max(workers) if workers else None)
+
+
+def sample_peak_memory(process, peaks):
+    """Until `process` ends, fills `peaks` with {pid: (peak resident MiB, whether it is a worker)} for it and each
+    process it started, read from /proc every 50 ms. VmHWM is each process's own high-water mark, so a sample taken
+    after the peak still sees it. Workers are the processes started by multiprocessing's spawn (not its resource
+    tracker)."""
+    while process.returncode is None:
+        pids, found = [process.pid], []
+        while pids:  # The process and its descendants.
+            pid = pids.pop()
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    peak = next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    is_worker = b"spawn_main" in f.read()
+                with open(f"/proc/{pid}/task/{pid}/children") as f:
+                    pids += [int(child) for child in f.read().split()]
+            except (OSError, StopIteration):  # It ended, or is a zombie already (no VmHWM).
+                continue
+            found.append((pid, peak, is_worker))
+        for pid, peak, is_worker in found:
+            peaks[pid] = (max(peak, peaks.get(pid, (0,))[0]), is_worker)
+        time.sleep(0.05)
 
 
 def time_stages(corpus, tokenizer_dir, args, output_file):
@@ -137,21 +182,23 @@ def main():
 
         tokenizer, _ = shards.load_tokenizer(tokenizer_dir)
         batches = list(iter_text_file_batches([args.train_file], args.batch_size))
-        scripts = {"prepare_tfrecord_shards.py": str(REPO / "prepare_tfrecord_shards.py")}
+        scripts = {f"prepare_tfrecord_shards.py --num_workers {count}": (str(REPO / "prepare_tfrecord_shards.py"),
+                                                                       count) for count in args.num_workers}
         if args.baseline_script:
-            scripts["baseline"] = args.baseline_script
+            scripts["baseline"] = (args.baseline_script, None)
 
-        results = {}  # Row name -> one (tokens/s, busy cores, peak MiB) per round.
+        # Row name -> one (tokens/s, busy cores, peak MiB of the main process, of the largest worker) per round.
+        results = {}
         stages = {}  # Stage -> seconds, one per round.
         loads = [load_average()]
         for round_number in range(args.rounds):
             for method in ("encode_batch", "encode_batch_fast"):
                 results.setdefault(f"raw tokenizer, {method}", []).append(
-                    (*raw_tokenizer_speed(tokenizer, batches, method), None))
-            for name, script in scripts.items():
+                    (*raw_tokenizer_speed(tokenizer, batches, method), None, None))
+            for name, (script, num_workers) in scripts.items():
                 for label, corpus in (("1x", args.train_file), (f"{args.scale}x", larger)):
                     results.setdefault(f"{name}, {label}", []).append(
-                        run_script(script, corpus, tokenizer_dir, os.path.join(scratch, "out"), args))
+                        run_script(script, corpus, tokenizer_dir, os.path.join(scratch, "out"), args, num_workers))
             for stage, seconds in time_stages(args.train_file, tokenizer_dir, args,
                                               os.path.join(scratch, "records")).items():
                 stages.setdefault(stage, []).append(seconds)
@@ -166,20 +213,25 @@ def main():
           f"--batch_size {args.batch_size}; median of {args.rounds} rounds\n")
     rows = []
     for name, figures in results.items():
-        speeds = [speed for speed, _, _ in figures]
-        peak = [memory for _, _, memory in figures if memory is not None]
+        speeds = [speed for speed, _, _, _ in figures]
+        peaks = [[figure[column] for figure in figures if figure[column] is not None] for column in (2, 3)]
         rows.append([name, f"{median(speeds):,.0f}", f"{min(speeds):,.0f} to {max(speeds):,.0f}",
-                     f"{median([cores for _, cores, _ in figures]):.2f}",
+                     f"{median([cores for _, cores, _, _ in figures]):.2f}",
+                     f"{median([speed / cores for speed, cores, _, _ in figures]):,.0f}",
                      f"{median([s / r[0] for s, r in zip(speeds, raw)]):.2f}",
                      f"{median([s / r[0] for s, r in zip(speeds, raw_fast)]):.2f}",
-                     f"{median(peak):.0f}" if peak else ""])
-    print_table(["run", "tokens/s", "range", "busy cores", "x encode_batch", "x encode_batch_fast",
-                 "peak RSS (MiB)"], rows)
+                     *(f"{median(peak):.0f}" if peak else "" for peak in peaks)])
+    print_table(["run", "tokens/s", "range", "busy cores", "tokens per CPU-second", "x encode_batch",
+                 "x encode_batch_fast",
+                 "peak RSS main (MiB)", "peak RSS largest worker (MiB)"], rows)
 
     for name in scripts:
-        small = median([memory for _, _, memory in results[f"{name}, 1x"]])
-        big = median([memory for _, _, memory in results[f"{name}, {args.scale}x"]])
-        print(f"{name}: peak RSS at {args.scale}x / at 1x = {big / small:.2f}")
+        for column, process in ((2, "main process"), (3, "largest worker")):
+            small, big = ([figure[column] for figure in results[f"{name}, {label}"] if figure[column] is not None]
+                          for label in ("1x", f"{args.scale}x"))
+            if small and big:
+                print(f"{name}: peak RSS of the {process} at {args.scale}x / at 1x = "
+                      f"{median(big) / median(small):.2f}")
     print("\nWhere the time goes (each stage alone, one after the other, 1x corpus):\n")
     stages = {stage: median(seconds) for stage, seconds in stages.items()}
     total = sum(stages.values())

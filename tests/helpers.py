@@ -1,4 +1,5 @@
-"""Helpers for the tests: where the data is, and running a pipeline script the way a user does."""
+"""Helpers for the tests: where the data is, running a pipeline script the way a user does, and reading shards
+and the text they come from independently of the scripts."""
 
 import os
 import subprocess
@@ -24,3 +25,70 @@ def run_script(script, *args, expect_failure=False, env=None, timeout=600, prefi
         raise AssertionError(f"{' '.join(command)} exited with {result.returncode}\n"
                              f"--- stdout ---\n{result.stdout[-5000:]}\n--- stderr ---\n{result.stderr[-8000:]}")
     return result
+
+
+def read_shard(path):
+    """(input_ids, attention_mask) rows of a shard, parsed with nothing but the protobuf definition."""
+    import tensorflow as tf
+
+    rows = []
+    for record in tf.data.TFRecordDataset(str(path)):
+        features = tf.train.Example.FromString(record.numpy()).features.feature
+        assert sorted(features) == ["attention_mask", "input_ids"]
+        rows.append((list(features["input_ids"].int64_list.value), list(features["attention_mask"].int64_list.value)))
+    return rows
+
+
+def lines_beginning_in(path, start, end):
+    """The lines of a file that begin in the byte range [start, end), found without the code under test: a line
+    begins at 0 and after each "\\n" (the test files have no other line breaks)."""
+    data = open(path, "rb").read()
+    line_starts = [0] + [i + 1 for i, byte in enumerate(data) if byte == ord("\n") and i + 1 < len(data)]
+    return [data[begin:data.find(b"\n", begin) + 1 or len(data)].decode().rstrip("\n")
+            for begin in line_starts if start <= begin < end]
+
+
+def part_stream(part, tokenizer):
+    """The tokens of one part, computed independently of the script: the lines that begin in its byte ranges,
+    non-blank ones tokenized one by one and concatenated."""
+    lines = [line for path, start, end in part for line in lines_beginning_in(path, start, end)]
+    return [token for line in lines if line.strip() for token in tokenizer(line).input_ids]
+
+
+def read_split(split_dir, vocab_size):
+    """The manifest of a split folder and its samples (lists of token ids), in the order of the manifest; checks
+    what must hold of every split written: only complete files are left, shards are numbered 0, 1, ... and named by
+    their counts, the manifest's counts and sizes are those of the files, token_counts.json counts their tokens."""
+    import json
+
+    import numpy as np
+
+    manifest = json.loads((split_dir / "manifest.json").read_text())
+    assert sorted(path.name for path in split_dir.iterdir()) == sorted(
+        [shard["file"] for shard in manifest["shards"]] + ["manifest.json", "token_counts.json"])
+    samples = []
+    for index, shard in enumerate(manifest["shards"]):
+        rows = read_shard(split_dir / shard["file"])
+        assert shard["file"] == f"dataset-{index}-{len(rows)}.tfrecord" and shard["num_samples"] == len(rows)
+        assert shard["num_bytes"] == (split_dir / shard["file"]).stat().st_size
+        assert all(attention_mask == [1] * manifest["max_length"] for _, attention_mask in rows)
+        samples += [input_ids for input_ids, _ in rows]
+    assert manifest["num_samples"] == len(samples) and manifest["num_tokens"] == len(samples) * manifest["max_length"]
+    tokens = [token for sample in samples for token in sample]
+    token_counts = json.loads((split_dir / "token_counts.json").read_text())
+    assert token_counts == np.bincount(tokens, minlength=vocab_size).tolist()
+    return manifest, samples
+
+
+def cut_parts(streams, max_length, shard_size):
+    """What a split made of these token streams (one per part) holds: its samples, each stream cut on its own every
+    max_length tokens; the tokens dropped at the ends of the parts; and the sizes of its shards (each part's samples
+    in shards of shard_size, the last one smaller)."""
+    samples, dropped, shard_sizes = [], 0, []
+    for stream in streams:
+        num_samples = len(stream) // max_length
+        samples += [stream[i * max_length:(i + 1) * max_length] for i in range(num_samples)]
+        dropped += len(stream) - num_samples * max_length
+        full, rest = divmod(num_samples, shard_size)
+        shard_sizes += [shard_size] * full + ([rest] if rest else [])
+    return samples, dropped, shard_sizes

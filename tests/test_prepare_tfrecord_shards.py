@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,18 +12,8 @@ import tensorflow as tf
 from transformers import AutoTokenizer
 
 from conftest import MAX_LENGTH, SHARD_LINES
-from helpers import REPO, WIKITEXT, run_script
+from helpers import REPO, WIKITEXT, cut_parts, part_stream, read_shard, read_split, run_script
 from utils import vocabulary_fingerprint
-
-
-def read_shard(path):
-    """(input_ids, attention_mask) rows of a shard, parsed with nothing but the protobuf definition."""
-    rows = []
-    for record in tf.data.TFRecordDataset(str(path)):
-        features = tf.train.Example.FromString(record.numpy()).features.feature
-        assert sorted(features) == ["attention_mask", "input_ids"]
-        rows.append((list(features["input_ids"].int64_list.value), list(features["attention_mask"].int64_list.value)))
-    return rows
 
 
 def shard_index(path):
@@ -58,7 +49,8 @@ def test_samples_are_the_concatenated_tokens_cut_every_max_length(shards_dir, to
 
     assert manifest == {
         "split": split, "max_length": MAX_LENGTH, "num_samples": len(samples) // MAX_LENGTH,
-        "num_tokens": len(samples), "dropped_tokens": manifest["dropped_tokens"], "num_texts": len(lines),
+        "num_tokens": len(samples), "dropped_tokens": manifest["dropped_tokens"], "num_parts": 1,
+        "num_texts": len(lines),
         "tokenizer": str(tokenizer_dir), "vocab_size": 1000, "shards": manifest["shards"],
         # What run_mlm.py computes from its AutoTokenizer: the same value as from the Tokenizer written with.
         "vocabulary_fingerprint": vocabulary_fingerprint(tokenizer.backend_tokenizer),
@@ -78,9 +70,11 @@ def test_json_lines_input_and_summary(tmp_path, tokenizer_dir):
     (tmp_path / "valid.jsonl").write_text("\n".join(json.dumps({"content": line}) for line in lines))
     result = run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
                         "--validation_file", tmp_path / "valid.jsonl", "--text_column", "content",
-                        "--max_length", 32, "--shard_size", 50, "--output_dir", tmp_path / "out")
+                        "--max_length", 32, "--shard_size", 50, "--num_workers", 2, "--output_dir", tmp_path / "out")
     manifest = json.loads((tmp_path / "out" / "validation" / "manifest.json").read_text())
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["validation"]
+    # What goes through 🤗 Datasets is one stream, written by one process: the script says so.
+    assert "validation: written by one process, not --num_workers 2" in result.stderr and manifest["num_parts"] == 1
     assert manifest["num_texts"] == sum(1 for line in lines if line.strip())
     assert re.search(rf"Done in [\d.]+ s: {manifest['num_samples']} samples, {manifest['num_tokens']} tokens, "
                      rf"{len(manifest['shards'])} shards, \d+ tokens/s", result.stderr)
@@ -152,16 +146,20 @@ def test_shard_writer_fills_shards_across_batches_and_chunks(tmp_path, monkeypat
 
     monkeypatch.setattr(ShardWriter, "CHUNK_SIZE", 4)  # Serialize in chunks smaller than a shard and a batch.
     samples = np.arange(23 * 3).reshape(23, 3)
-    writer = ShardWriter(str(tmp_path), shard_size=10, max_length=3)
-    for start, end in [(0, 1), (1, 14), (14, 20), (20, 23)]:
-        writer.add(samples[start:end])
-    writer.close()
-    assert [(shard["file"], shard["num_samples"]) for shard in writer.shards] == [
-        ("dataset-0-10.tfrecord", 10), ("dataset-1-10.tfrecord", 10), ("dataset-2-3.tfrecord", 3)]
-    assert all(shard["num_bytes"] == (tmp_path / shard["file"]).stat().st_size for shard in writer.shards)
-    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(shard["file"] for shard in writer.shards)
-    rows = [row for shard in writer.shards for row in read_shard(tmp_path / shard["file"])]
-    assert rows == [(list(sample), [1, 1, 1]) for sample in samples.tolist()]
+    for part, names in [(0, ["dataset-0-10.tfrecord", "dataset-1-10.tfrecord", "dataset-2-3.tfrecord"]),
+                        (5, ["part-5-0.tfrecord.tmp", "part-5-1.tfrecord.tmp", "part-5-2.tfrecord.tmp"])]:
+        folder = tmp_path / str(part)
+        folder.mkdir()
+        writer = ShardWriter(str(folder), shard_size=10, max_length=3, part=part)
+        for start, end in [(0, 1), (1, 14), (14, 20), (20, 23)]:
+            writer.add(samples[start:end])
+        writer.close()
+        # The first part's shards take their final names at once; the others' wait for finish_split.
+        assert [(shard["file"], shard["num_samples"]) for shard in writer.shards] == list(zip(names, [10, 10, 3]))
+        assert all(shard["num_bytes"] == (folder / shard["file"]).stat().st_size for shard in writer.shards)
+        assert sorted(path.name for path in folder.iterdir()) == sorted(names)
+        rows = [row for shard in writer.shards for row in read_shard(folder / shard["file"])]
+        assert rows == [(list(sample), [1, 1, 1]) for sample in samples.tolist()]
 
 
 def test_text_files_are_read_as_datasets_reads_them(tmp_path):
@@ -216,8 +214,9 @@ def test_errors_in_the_tokenizing_thread_reach_the_user(tmp_path, tokenizer_dir)
 def test_shards_written_to_cloud_storage_are_those_written_locally(tmp_path, tokenizer_dir):
     from gcs_emulator import GcsEmulator
 
+    # Two worker processes, each writing its own shards to the bucket; the main process renames and publishes them.
     options = ["--tokenizer_name_or_path", tokenizer_dir, "--train_file", WIKITEXT / "validation.txt",
-               "--limit", 300, "--max_length", 32, "--shard_size", 50]
+               "--num_workers", 2, "--max_length", 32, "--shard_size", 50]
     run_script("prepare_tfrecord_shards.py", *options, "--output_dir", tmp_path)
     with GcsEmulator() as gcs:
         gcs.create_bucket("bucket")
@@ -259,3 +258,72 @@ def test_output_dir_that_is_a_file_and_a_missing_tokenizer_are_named(tmp_path, t
     assert "error: cannot load the tokenizer 'no-such-tokenizer' (--tokenizer_name_or_path): there is no such " \
            "local folder, and it could not be loaded from the Hugging Face Hub" in unknown_name.stderr
     assert not any("Traceback" in result.stderr for result in (file_output, missing_folder, unknown_name))
+
+
+# Several worker processes: the text files of a split cut into parts at line starts (plan_parts), each part
+# tokenized, cut and written by a process of its own.
+
+
+def test_parts_hold_every_line_once_in_order(tmp_path):
+    from prepare_tfrecord_shards import plan_parts
+    from utils import iter_text_file_batches
+
+    # Line breaks of every kind, a line without a break at the end of a file, an empty file, non-ASCII text.
+    (tmp_path / "a.txt").write_bytes(b"".join(b"line %d \xc3\xa9\xe2\x80\xa8 x\r\n\n  \nnext\rthird\n" % i
+                                              for i in range(40)) + b"no break at the end")
+    (tmp_path / "empty.txt").write_bytes(b"")
+    (tmp_path / "b.txt").write_bytes(b"\n".join(b"b%d" % i for i in range(50)) + b"\n")
+    paths = [str(tmp_path / name) for name in ("a.txt", "empty.txt", "b.txt")]
+    sizes = [(tmp_path / name).stat().st_size for name in ("a.txt", "empty.txt", "b.txt")]
+    whole = [text for batch in iter_text_file_batches(paths, 7) for text in batch]
+    for num_parts in (1, 2, 3, 7, 50, 10_000):
+        parts = plan_parts(paths, sizes, num_parts)
+        assert len(parts) == min(num_parts, sum(sizes))
+        # Contiguous byte ranges that cover the files, of equal size (to a byte) but where a file ends.
+        pieces = [piece for part in parts for piece in part]
+        assert b"".join(open(path, "rb").read()[start:end] for path, start, end in pieces) == \
+            b"".join(open(path, "rb").read() for path in paths)
+        assert max(map(part_size, parts)) - min(map(part_size, parts)) <= 1
+        # Read in order, the parts give every line once, whole, wherever they were cut.
+        in_parts = [text for part in parts for batch in iter_text_file_batches(part, 7) for text in batch]
+        assert in_parts == whole
+
+
+def part_size(part):
+    return sum(end - start for _, start, end in part)
+
+
+def test_several_workers_write_each_part_as_its_own_stream(tmp_path, tokenizer_dir):
+    from prepare_tfrecord_shards import plan_parts
+
+    files = [str(WIKITEXT / "train.txt"), str(WIKITEXT / "validation.txt")]
+    run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir, "--train_file", *files,
+               "--max_length", MAX_LENGTH, "--shard_size", 100, "--num_workers", 3, "--output_dir", tmp_path)
+    manifest, samples = read_split(tmp_path / "train", vocab_size=1000)
+
+    # The parts the script made (plan_parts is checked above), each tokenized independently and cut on its own.
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    parts = plan_parts(files, [Path(file).stat().st_size for file in files], 3)
+    expected, dropped, shard_sizes = cut_parts([part_stream(part, tokenizer) for part in parts], MAX_LENGTH, 100)
+    assert samples == expected  # In the order of the text: the parts' samples one part after the other.
+    assert [shard["num_samples"] for shard in manifest["shards"]] == shard_sizes
+    assert manifest["num_parts"] == 3 and manifest["dropped_tokens"] == dropped
+
+    # run_mlm.py takes them as it takes shards written by one process.
+    from run_mlm import find_shards
+
+    shard_files, counts = find_shards(str(tmp_path / "train"), MAX_LENGTH, tokenizer, str(tokenizer_dir))
+    assert sorted(counts) == sorted(shard["num_samples"] for shard in manifest["shards"])
+    assert len(shard_files) == len(manifest["shards"])
+
+
+def test_a_failing_worker_fails_the_run_and_leaves_the_split_incomplete(tmp_path, tokenizer_dir):
+    # Two parts: the second holds the end of train.txt and a file whose last line is not UTF-8.
+    (tmp_path / "latin1.txt").write_bytes((WIKITEXT / "validation.txt").read_bytes() + b"na\xefve\n")
+    result = run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir, "--train_file",
+                        WIKITEXT / "train.txt", tmp_path / "latin1.txt", "--max_length", MAX_LENGTH,
+                        "--num_workers", 2, "--output_dir", tmp_path / "out", expect_failure=True)
+    assert f"error: the text file '{tmp_path / 'latin1.txt'}' is not UTF-8" in result.stderr
+    assert "Traceback" not in result.stderr
+    names = {path.name for path in (tmp_path / "out" / "train").iterdir()}
+    assert "INCOMPLETE" in names and "manifest.json" not in names and "token_counts.json" not in names

@@ -1,0 +1,119 @@
+"""prepare_tfrecord_shards.py --runner: the shards written by an Apache Beam pipeline, on this machine.
+
+The pipeline runs on FnApiRunner, Beam's runner in Python: DirectRunner first tries Prism, a Go program that it
+downloads from GitHub, and the tests run offline (it would fall back to FnApiRunner after the failed download).
+"""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from conftest import MAX_LENGTH
+from helpers import WIKITEXT, cut_parts, part_stream, read_split, run_script
+
+# Looked up, not imported: the pipeline runs in the script's own process, and this one never needs Beam.
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("apache_beam") is None,
+                                reason="Apache Beam is not installed: pip install -r requirements-beam.txt")
+
+RUNNER = ["--runner", "FnApiRunner"]
+# Both files of the slice, through a glob, each cut into parts of at most 100 KiB.
+GLOB_ARGS = ["--max_length", MAX_LENGTH, "--shard_size", 100, "--part_size_mb", 0.1]
+
+
+@pytest.fixture(scope="module")
+def beam_shards(tokenizer_dir, tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("beam") / "shards"
+    run_script("prepare_tfrecord_shards.py", *RUNNER, "--tokenizer_name_or_path", tokenizer_dir,
+               "--train_file", WIKITEXT / "*.txt", *GLOB_ARGS, "--output_dir", output_dir)
+    return output_dir
+
+
+def test_each_part_of_each_file_is_cut_on_its_own_and_run_mlm_trains_on_it(beam_shards, tmp_path, tokenizer_dir,
+                                                                           tiny_config_dir):
+    from prepare_tfrecord_shards import beam_parts
+
+    manifest, samples = read_split(beam_shards / "train", vocab_size=1000)
+
+    files = [(str(WIKITEXT / name), (WIKITEXT / name).stat().st_size) for name in ("train.txt", "validation.txt")]
+    parts = beam_parts(files, 100 * 2**10)
+    assert [len({path for path, _, _ in part}) for part in parts] == [1] * len(parts)  # Each within one file.
+    assert manifest["num_parts"] == len(parts) == 5 + 2  # 447,834 and 127,107 bytes.
+    # Every sample is max_length consecutive tokens of one part of one file, tokenized independently here; they
+    # come in the order of the parts, the parts in the order of the files.
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    expected, dropped, shard_sizes = cut_parts([part_stream(part, tokenizer) for part in parts], MAX_LENGTH, 100)
+    assert samples == expected
+    assert [shard["num_samples"] for shard in manifest["shards"]] == shard_sizes
+    assert manifest["dropped_tokens"] == dropped and manifest["num_texts"] == sum(
+        1 for path, _ in files for line in Path(path).read_text().split("\n") if line.strip())
+
+    # run_mlm.py reads and trains on them as on the local script's.
+    result = run_script("run_mlm.py", "--train_dataset", beam_shards / "train", "--tokenizer", tokenizer_dir,
+                        "--pretrained_model_config", tiny_config_dir, "--max_length", MAX_LENGTH,
+                        "--per_replica_batch_size", 8, "--max_steps", 3, "--no_tpu", "--output_dir", tmp_path / "model")
+    assert f"Training: {len(samples)} samples in {len(manifest['shards'])} shards" in result.stderr
+    assert "Trained 3 steps" in result.stderr and (tmp_path / "model" / "tf_model.h5").exists()
+
+
+def test_json_lines_and_parquet_files_give_the_samples_of_their_texts(tmp_path, tokenizer_dir):
+    import pyarrow
+    import pyarrow.parquet
+
+    lines = (WIKITEXT / "validation.txt").read_text().split("\n")
+    (tmp_path / "valid.jsonl").write_text("".join(json.dumps({"content": line, "id": i}) + "\n"
+                                                  for i, line in enumerate(lines)))
+    pyarrow.parquet.write_table(pyarrow.table({"content": lines}), tmp_path / "valid.parquet", row_group_size=100)
+    run_script("prepare_tfrecord_shards.py", *RUNNER, "--tokenizer_name_or_path", tokenizer_dir,
+               "--train_file", tmp_path / "valid.jsonl", "--validation_file", tmp_path / "valid.parquet",
+               "--text_column", "content", "--max_length", MAX_LENGTH, "--output_dir", tmp_path / "shards")
+    # One part per file (smaller than --part_size_mb; a Parquet file is one part whatever its size): one stream.
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    expected, dropped, _ = cut_parts([[token for line in lines if line.strip()
+                                       for token in tokenizer(line).input_ids]], MAX_LENGTH, 1000)
+    for split in ("train", "validation"):
+        manifest, samples = read_split(tmp_path / "shards" / split, vocab_size=1000)
+        assert samples == expected and manifest["dropped_tokens"] == dropped and manifest["num_parts"] == 1
+
+
+def test_bad_input_is_named_before_the_pipeline_runs(tmp_path, tokenizer_dir):
+    args = [*RUNNER, "--tokenizer_name_or_path", tokenizer_dir, "--max_length", MAX_LENGTH]
+    hub = run_script("prepare_tfrecord_shards.py", *args, "--output_dir", tmp_path / "a", expect_failure=True)
+    assert "with --runner, pass input files (--train_file" in hub.stderr
+    missing = run_script("prepare_tfrecord_shards.py", *args, "--train_file", tmp_path / "nothing-*.txt",
+                         "--output_dir", tmp_path / "b", expect_failure=True)
+    assert f"error: no file matches '{tmp_path / 'nothing-*.txt'}'" in missing.stderr
+    remote = run_script("prepare_tfrecord_shards.py", "--runner", "DataflowRunner", "--project", "p",
+                        "--tokenizer_name_or_path", tokenizer_dir, "--train_file", WIKITEXT / "train.txt",
+                        "--output_dir", tmp_path / "c", expect_failure=True)
+    assert "with --runner DataflowRunner, the workers run on other machines" in remote.stderr
+    unknown = run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir, "--train_file",
+                         WIKITEXT / "train.txt", "--project", "p", "--output_dir", tmp_path / "d", expect_failure=True)
+    assert "unrecognized arguments: --project p" in unknown.stderr
+    # Found by a worker: the pipeline fails with it, and leaves the split INCOMPLETE.
+    (tmp_path / "bad.jsonl").write_text('{"text": "a line"}\n[1, 2]\n')
+    not_json_lines = run_script("prepare_tfrecord_shards.py", *args, "--train_file", tmp_path / "bad.jsonl",
+                                "--output_dir", tmp_path / "e", expect_failure=True)
+    assert f"error: '{tmp_path / 'bad.jsonl'}' is not a JSON-lines file (one JSON object per line): '[1, 2]'" \
+        in not_json_lines.stderr
+    assert sorted(path.name for path in (tmp_path / "e" / "train").iterdir()) == ["INCOMPLETE"]
+    assert not any("Traceback" in result.stderr for result in (hub, missing, remote, unknown, not_json_lines))
+
+
+def test_cloud_storage_input_and_output_give_the_same_bytes(beam_shards, tmp_path, tokenizer_dir):
+    from gcs_emulator import GcsEmulator
+    from test_cloud_storage import objects, run_traced
+
+    with GcsEmulator() as gcs:
+        bucket = gcs.create_bucket("corpus")
+        for name in ("train.txt", "validation.txt"):
+            bucket.blob(f"data/{name}").upload_from_filename(str(WIKITEXT / name))
+        # Beam's Cloud Storage file system expands the glob; the emulator needs no credentials, and without
+        # --no_auth Beam would look for them, retrying for a minute.
+        run_traced(tmp_path, "prepare_tfrecord_shards.py", *RUNNER, "--no_auth", "--tokenizer_name_or_path",
+                   tokenizer_dir, "--train_file", "gs://corpus/data/*.txt", *GLOB_ARGS,
+                   "--output_dir", "gs://corpus/shards", env=gcs.env())
+        written = objects(gcs, "corpus", "shards/train/")
+    assert written == {path.name: path.read_bytes() for path in (beam_shards / "train").iterdir()}
