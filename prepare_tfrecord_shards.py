@@ -62,7 +62,8 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, SHARD_NAME, TOKEN_COUNTS_NAME, add_corpus_arguments,
+from utils import (ATTENTION_MASK, INCOMPLETE_MARKER_NAME, INPUT_IDS, MANIFEST_NAME, SHARD_NAME, TOKEN_COUNTS_NAME,
+                   Manifest, add_corpus_arguments,
                    check_gcs_path, check_output_dir, is_gcs_path, load_auto_tokenizer, local_copy, text_batches,
                    vocabulary_fingerprint)
 
@@ -259,7 +260,7 @@ class RecordSerializer:
 
     def __init__(self, max_length):
         ones_size = max_length  # The varint of 1 is one byte.
-        self.attention_mask_entry = int64_feature_entry_prefix("attention_mask", ones_size) + b"\x01" * ones_size
+        self.attention_mask_entry = int64_feature_entry_prefix(ATTENTION_MASK, ones_size) + b"\x01" * ones_size
         self.prefixes = {}  # Size of a sample's input_ids varints -> the bytes of its record that precede them.
         self.length_headers = {}  # Size of a record -> its TFRecord length field and that field's CRC.
 
@@ -275,7 +276,7 @@ class RecordSerializer:
 
     def _prefix(self, values_size):
         if values_size not in self.prefixes:
-            input_ids_entry = int64_feature_entry_prefix("input_ids", values_size)
+            input_ids_entry = int64_feature_entry_prefix(INPUT_IDS, values_size)
             features_size = len(self.attention_mask_entry) + len(input_ids_entry) + values_size
             self.prefixes[values_size] = (field_header(1, features_size) + self.attention_mask_entry
                                           + input_ids_entry)
@@ -408,23 +409,15 @@ def write_split(split, batches, tokenizer, vocab_size, args):
     if num_samples == 0:
         raise SystemExit(f"error: the {split} split gave no sample of {args.max_length} tokens ({num_texts} "
                          f"non-empty texts, {len(leftover)} tokens). Give it more text, or lower --max_length.")
-    manifest = {
-        "split": split,
-        "max_length": args.max_length,
-        "num_samples": num_samples,
-        "num_tokens": num_samples * args.max_length,
-        "dropped_tokens": len(leftover),
-        "num_texts": num_texts,
-        "tokenizer": args.tokenizer_name_or_path,
-        "vocab_size": vocab_size,
-        "vocabulary_fingerprint": vocabulary_fingerprint(tokenizer),
-        "shards": writer.shards,
-    }
+    manifest = Manifest(split=split, max_length=args.max_length, num_samples=num_samples,
+                        num_tokens=num_samples * args.max_length, dropped_tokens=len(leftover), num_texts=num_texts,
+                        tokenizer=args.tokenizer_name_or_path, vocab_size=vocab_size,
+                        vocabulary_fingerprint=vocabulary_fingerprint(tokenizer), shards=writer.shards)
     with open_for_writing(os.path.join(split_dir, TOKEN_COUNTS_NAME), "w") as f:
         json.dump(token_counts.tolist(), f)
     manifest_path = os.path.join(split_dir, MANIFEST_NAME)  # Last: a split with a manifest is complete.
     with open_for_writing(manifest_path + ".tmp", "w") as f:
-        json.dump(manifest, f, indent=2)
+        f.write(manifest.to_json())
     rename(manifest_path + ".tmp", manifest_path)
     remove(marker_path)
     return manifest
@@ -450,13 +443,13 @@ def main():
     manifests = [write_split(split, batches, tokenizer, vocab_size, args) for split, batches in splits.items()]
 
     seconds = time.perf_counter() - start
-    num_tokens = sum(m["num_tokens"] for m in manifests)
+    num_tokens = sum(m.num_tokens for m in manifests)
     for m in manifests:
-        logger.info("%s: %d samples (%d tokens, %d dropped at the end) in %d shards", m["split"],
-                    m["num_samples"], m["num_tokens"], m["dropped_tokens"], len(m["shards"]))
+        logger.info("%s: %d samples (%d tokens, %d dropped at the end) in %d shards", m.split,
+                    m.num_samples, m.num_tokens, m.dropped_tokens, len(m.shards))
     logger.info("Done in %.1f s: %d samples, %d tokens, %d shards, %.0f tokens/s, written to %s",
-                seconds, sum(m["num_samples"] for m in manifests), num_tokens,
-                sum(len(m["shards"]) for m in manifests), num_tokens / seconds, args.output_dir)
+                seconds, sum(m.num_samples for m in manifests), num_tokens,
+                sum(len(m.shards) for m in manifests), num_tokens / seconds, args.output_dir)
 
 
 if __name__ == "__main__":
