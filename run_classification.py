@@ -42,9 +42,8 @@ import tensorflow as tf
 import tf_keras as keras
 from transformers import AutoConfig, AutoTokenizer, TFAutoModelForSequenceClassification, create_optimizer
 
-from utils import (MODELS_WITH_POSITION_OFFSET, add_hardware_arguments, check_gcs_path, check_output_dir,
-                   choose_strategy, count_hosts, data_files_format, local_copy, save_final_folder, strategy_name,
-                   use_jit_compile)
+from utils import (MODELS_WITH_POSITION_OFFSET, add_hardware_arguments, check_output_dir, count_hosts,
+                   data_files_format, local_copy, save_final_folder, set_up_training, strategy_name)
 
 logger = logging.getLogger("run_classification")
 
@@ -102,9 +101,6 @@ def parse_args():
     training.add_argument("--early_stopping_patience", type=int,
                           help="Stop after this many epochs without a better validation accuracy (default: train "
                                "every epoch). Either way, the best epoch's weights are the ones kept.")
-    training.add_argument("--steps_per_execution", type=int, default=1,
-                          help="Steps run per call from Python into the device; larger values cut the per-step "
-                               "overhead, mostly on TPUs (default: %(default)s).")
     training.add_argument("--seed", type=int, default=42,
                           help="Seed for the validation split, the new weights and the data order (default: "
                                "%(default)s).")
@@ -492,12 +488,8 @@ def save(args, model, tokenizer, results):
 
 def main(args):
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    # Cloud Storage paths first: a missing bucket or permission must not wait for a TPU to start.
-    for path in (args.train_file, args.validation_file, args.test_file, args.model_name_or_path):
-        check_gcs_path(path)
-    check_gcs_path(args.output_dir, write=True)
-    strategy, on_tpu = choose_strategy(args)  # Before any TensorFlow op.
-    keras.utils.set_random_seed(args.seed)
+    strategy, on_tpu, jit_compile = set_up_training(
+        args, input_paths=(args.train_file, args.validation_file, args.test_file, args.model_name_or_path))
 
     # Check the model folder and the data before building anything, so that mistakes cost seconds, not minutes.
     model_path = local_copy(args.model_name_or_path)
@@ -515,9 +507,6 @@ def main(args):
         if tf.io.gfile.isdir(os.path.join(args.output_dir, "logs")):
             tf.io.gfile.rmtree(os.path.join(args.output_dir, "logs"))
 
-    if args.bfloat16:
-        keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    jit_compile = use_jit_compile(args, on_tpu)
     logger.info("Strategy: %s with %d replica(s) on %d host(s); global batch %d; XLA %s; %s",
                 strategy_name(strategy), strategy.num_replicas_in_sync, count_hosts(strategy),
                 args.per_replica_batch_size * strategy.num_replicas_in_sync,

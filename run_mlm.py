@@ -62,9 +62,9 @@ import tf_keras as keras
 from transformers import AutoConfig, TFAutoModelForMaskedLM, create_optimizer
 
 from utils import (ATTENTION_MASK, INCOMPLETE_MARKER_NAME, INPUT_IDS, MANIFEST_NAME, MODELS_WITH_POSITION_OFFSET,
-                   SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME, Manifest, add_hardware_arguments, check_gcs_path,
-                   choose_strategy, count_hosts, host_addresses, is_gcs_path, load_auto_tokenizer, local_copy,
-                   save_final_folder, strategy_name, use_jit_compile, vocabulary_fingerprint)
+                   SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME, Manifest, add_hardware_arguments, count_hosts,
+                   host_addresses, is_gcs_path, load_auto_tokenizer, local_copy, save_final_folder, set_up_training,
+                   strategy_name, vocabulary_fingerprint)
 
 logger = logging.getLogger("run_mlm")
 def parse_args():
@@ -127,9 +127,6 @@ def parse_args():
     length = training.add_mutually_exclusive_group()
     length.add_argument("--num_epochs", type=int, default=1, help="Passes over the training data (default: %(default)s).")
     length.add_argument("--max_steps", type=int, help="Optimizer steps to train for, instead of --num_epochs.")
-    training.add_argument("--steps_per_execution", type=int, default=1,
-                          help="Steps run per call from Python into the device; larger values cut the per-step "
-                               "overhead, mostly on TPUs (default: %(default)s).")
     training.add_argument("--eval_every_steps", type=int,
                           help="Evaluate (and log to TensorBoard) every this many steps (default: once per epoch).")
     training.add_argument("--checkpoint_every_steps", type=int, default=1000,
@@ -166,12 +163,8 @@ def parse_args():
 
 def main(args):
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    # Cloud Storage paths first: a missing bucket or permission must not wait for a TPU to start.
-    for path in (args.train_dataset, args.eval_dataset, args.tokenizer, args.pretrained_model_config):
-        check_gcs_path(path)
-    check_gcs_path(args.output_dir, write=True)
-    strategy, on_tpu = choose_strategy(args)  # Before any TensorFlow op.
-    keras.utils.set_random_seed(args.seed)
+    strategy, on_tpu, jit_compile = set_up_training(
+        args, input_paths=(args.train_dataset, args.eval_dataset, args.tokenizer, args.pretrained_model_config))
 
     # Check the data and the config before building anything, so that mistakes cost seconds, not minutes.
     tokenizer = load_tokenizer(args)
@@ -182,9 +175,6 @@ def main(args):
     plan = plan_training(args, strategy, train_sizes, eval_sizes)
     if on_tpu:
         check_paths_for_pod(args, plan.num_hosts)
-    if args.bfloat16:
-        keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    jit_compile = use_jit_compile(args, on_tpu)
     log_plan(args, strategy, plan, on_tpu, jit_compile, train_files, eval_files)
 
     run = TrainingRun(args, strategy)
