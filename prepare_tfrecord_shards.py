@@ -83,10 +83,11 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from utils import (FILE_BUILDERS, INCOMPLETE_MARKER_NAME, MANIFEST_NAME, SHARD_NAME, TOKEN_COUNTS_NAME,
-                   add_corpus_arguments, batches_of_texts, check_gcs_path, check_output_dir, data_files_format,
-                   gcs_client, is_gcs_path, iter_text_file_batches, iter_text_file_lines, load_auto_tokenizer,
-                   local_copy, open_binary, open_text, split_gcs_path, text_batches, vocabulary_fingerprint)
+from utils import (ATTENTION_MASK, FILE_BUILDERS, INCOMPLETE_MARKER_NAME, INPUT_IDS, MANIFEST_NAME, SHARD_NAME,
+                   TOKEN_COUNTS_NAME, Manifest, add_corpus_arguments, batches_of_texts, check_gcs_path,
+                   check_output_dir, data_files_format, gcs_client, is_gcs_path, iter_text_file_batches,
+                   iter_text_file_lines, load_auto_tokenizer, local_copy, open_binary, open_text, split_gcs_path,
+                   text_batches, vocabulary_fingerprint)
 
 logger = logging.getLogger("prepare_tfrecord_shards")
 
@@ -302,7 +303,7 @@ class RecordSerializer:
 
     def __init__(self, max_length):
         ones_size = max_length  # The varint of 1 is one byte.
-        self.attention_mask_entry = int64_feature_entry_prefix("attention_mask", ones_size) + b"\x01" * ones_size
+        self.attention_mask_entry = int64_feature_entry_prefix(ATTENTION_MASK, ones_size) + b"\x01" * ones_size
         self.prefixes = {}  # Size of a sample's input_ids varints -> the bytes of its record that precede them.
         self.length_headers = {}  # Size of a record -> its TFRecord length field and that field's CRC.
 
@@ -318,7 +319,7 @@ class RecordSerializer:
 
     def _prefix(self, values_size):
         if values_size not in self.prefixes:
-            input_ids_entry = int64_feature_entry_prefix("input_ids", values_size)
+            input_ids_entry = int64_feature_entry_prefix(INPUT_IDS, values_size)
             features_size = len(self.attention_mask_entry) + len(input_ids_entry) + values_size
             self.prefixes[values_size] = (field_header(1, features_size) + self.attention_mask_entry
                                           + input_ids_entry)
@@ -494,24 +495,16 @@ def finish_split(split, split_dir, parts, token_counts, tokenizer, vocab_size, a
             if shard["file"] != name:  # The first part's shards have their final names already.
                 publish(os.path.join(split_dir, shard["file"]), os.path.join(split_dir, name))
             shards.append({**shard, "file": name})
-    manifest = {
-        "split": split,
-        "max_length": args.max_length,
-        "num_samples": num_samples,
-        "num_tokens": num_samples * args.max_length,
-        "dropped_tokens": dropped_tokens,
-        "num_parts": len(parts),
-        "num_texts": num_texts,
-        "tokenizer": args.tokenizer_name_or_path,
-        "vocab_size": vocab_size,
-        "vocabulary_fingerprint": vocabulary_fingerprint(tokenizer),
-        "shards": shards,
-    }
+    manifest = Manifest(split=split, max_length=args.max_length, num_samples=num_samples,
+                        num_tokens=num_samples * args.max_length, dropped_tokens=dropped_tokens,
+                        num_parts=len(parts), num_texts=num_texts, tokenizer=args.tokenizer_name_or_path,
+                        vocab_size=vocab_size, vocabulary_fingerprint=vocabulary_fingerprint(tokenizer),
+                        shards=shards)
     with open_for_writing(os.path.join(split_dir, TOKEN_COUNTS_NAME), "w") as f:
         json.dump(token_counts.tolist(), f)
     manifest_path = os.path.join(split_dir, MANIFEST_NAME)  # Last: a split with a manifest is complete.
     with open_for_writing(manifest_path + ".tmp", "w") as f:
-        json.dump(manifest, f, indent=2)
+        f.write(manifest.to_json())
     rename(manifest_path + ".tmp", manifest_path)
     remove(os.path.join(split_dir, INCOMPLETE_MARKER_NAME))
     return manifest
@@ -830,8 +823,9 @@ def run_beam_pipeline(data_files, args):
                                               beam.pvalue.AsSingleton(token_counts)))
     manifests = []
     for split in split_parts:
-        with open_text(os.path.join(args.output_dir, split, MANIFEST_NAME)) as f:
-            manifests.append(json.load(f))
+        path = os.path.join(args.output_dir, split, MANIFEST_NAME)
+        with open_text(path) as f:
+            manifests.append(Manifest.from_json(f.read(), path))
     return manifests
 
 
@@ -856,13 +850,13 @@ def main():
         manifests = write_splits_here(data_files, args)
 
     seconds = time.perf_counter() - start
-    num_tokens = sum(m["num_tokens"] for m in manifests)
+    num_tokens = sum(m.num_tokens for m in manifests)
     for m in manifests:
-        logger.info("%s: %d samples (%d tokens, %d dropped at the ends of %d part(s)) in %d shards", m["split"],
-                    m["num_samples"], m["num_tokens"], m["dropped_tokens"], m["num_parts"], len(m["shards"]))
+        logger.info("%s: %d samples (%d tokens, %d dropped at the ends of %d part(s)) in %d shards", m.split,
+                    m.num_samples, m.num_tokens, m.dropped_tokens, m.num_parts, len(m.shards))
     logger.info("Done in %.1f s: %d samples, %d tokens, %d shards, %.0f tokens/s, written to %s",
-                seconds, sum(m["num_samples"] for m in manifests), num_tokens,
-                sum(len(m["shards"]) for m in manifests), num_tokens / seconds, args.output_dir)
+                seconds, sum(m.num_samples for m in manifests), num_tokens,
+                sum(len(m.shards) for m in manifests), num_tokens / seconds, args.output_dir)
 
 
 if __name__ == "__main__":

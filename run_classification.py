@@ -33,9 +33,7 @@ import argparse
 import json
 import logging
 import os
-import shutil
 import sys
-import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -44,9 +42,8 @@ import tensorflow as tf
 import tf_keras as keras
 from transformers import AutoConfig, AutoTokenizer, TFAutoModelForSequenceClassification, create_optimizer
 
-from utils import (MODELS_WITH_POSITION_OFFSET, add_hardware_arguments, check_gcs_path, check_output_dir,
-                   choose_strategy, count_hosts, data_files_format, is_gcs_path, local_copy, push_folder_to_hub,
-                   strategy_name, upload_to_gcs, use_jit_compile)
+from utils import (MODELS_WITH_POSITION_OFFSET, add_hardware_arguments, check_output_dir, count_hosts,
+                   data_files_format, local_copy, save_final_folder, set_up_training, strategy_name)
 
 logger = logging.getLogger("run_classification")
 
@@ -104,9 +101,6 @@ def parse_args():
     training.add_argument("--early_stopping_patience", type=int,
                           help="Stop after this many epochs without a better validation accuracy (default: train "
                                "every epoch). Either way, the best epoch's weights are the ones kept.")
-    training.add_argument("--steps_per_execution", type=int, default=1,
-                          help="Steps run per call from Python into the device; larger values cut the per-step "
-                               "overhead, mostly on TPUs (default: %(default)s).")
     training.add_argument("--seed", type=int, default=42,
                           help="Seed for the validation split, the new weights and the data order (default: "
                                "%(default)s).")
@@ -481,32 +475,21 @@ def evaluate(args, strategy, trainer, encoded, label_names):
 
 
 def save(args, model, tokenizer, results):
-    """The model, the tokenizer and eval_results.json into --output_dir (through a local folder for gs://)."""
-    local_dir = tempfile.mkdtemp() if is_gcs_path(args.output_dir) else args.output_dir
-    model.save_pretrained(local_dir)
-    tokenizer.save_pretrained(local_dir)
-    with open(os.path.join(local_dir, "eval_results.json"), "w") as f:
-        json.dump(results, f, indent=2)
-    if local_dir != args.output_dir:
-        upload_to_gcs(local_dir, args.output_dir)
-    logger.info("Model, tokenizer and eval_results.json saved to %s", args.output_dir)
-    if args.hub_model_id:
-        url = push_folder_to_hub(local_dir, args.hub_model_id, "Fine-tuned with run_classification.py",
-                                 ignore_patterns=["logs/*"])
-        logger.info("Pushed to %s", url)
-    if local_dir != args.output_dir:
-        shutil.rmtree(local_dir)
+    """The model, the tokenizer and eval_results.json into --output_dir (and to the Hub with --hub_model_id)."""
+    def write(folder):
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        with open(os.path.join(folder, "eval_results.json"), "w") as f:
+            json.dump(results, f, indent=2)
+
+    save_final_folder(args.output_dir, write, "Model, tokenizer and eval_results.json", args.hub_model_id,
+                      "Fine-tuned with run_classification.py", ignore_patterns=["logs/*"])
 
 
-def main():
-    args = parse_args()
+def main(args):
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    # Cloud Storage paths first: a missing bucket or permission must not wait for a TPU to start.
-    for path in (args.train_file, args.validation_file, args.test_file, args.model_name_or_path):
-        check_gcs_path(path)
-    check_gcs_path(args.output_dir, write=True)
-    strategy, on_tpu = choose_strategy(args)  # Before any TensorFlow op.
-    keras.utils.set_random_seed(args.seed)
+    strategy, on_tpu, jit_compile = set_up_training(
+        args, input_paths=(args.train_file, args.validation_file, args.test_file, args.model_name_or_path))
 
     # Check the model folder and the data before building anything, so that mistakes cost seconds, not minutes.
     model_path = local_copy(args.model_name_or_path)
@@ -518,14 +501,12 @@ def main():
     label_names, encoded = prepare_data(args, tokenizer)
     config = load_config(args, model_path, label_names, tokenizer)
     is_chief = strategy.extended.should_checkpoint
-    if is_chief and check_output_dir(args.output_dir, args.overwrite):
-        # TensorBoard adds event files to what is there: clear an earlier run's curves.
+    if is_chief:
+        check_output_dir(args.output_dir, args.overwrite)
+        # TensorBoard adds event files to what is there: clear an earlier run's curves (kept only with --overwrite).
         if tf.io.gfile.isdir(os.path.join(args.output_dir, "logs")):
             tf.io.gfile.rmtree(os.path.join(args.output_dir, "logs"))
 
-    if args.bfloat16:
-        keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    jit_compile = use_jit_compile(args, on_tpu)
     logger.info("Strategy: %s with %d replica(s) on %d host(s); global batch %d; XLA %s; %s",
                 strategy_name(strategy), strategy.num_replicas_in_sync, count_hosts(strategy),
                 args.per_replica_batch_size * strategy.num_replicas_in_sync,
@@ -552,4 +533,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(parse_args())

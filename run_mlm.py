@@ -7,11 +7,12 @@ weights, trained with Keras `model.fit` under a tf.distribute strategy:
     TPUStrategy                    on a TPU VM (its chips are found in sysfs), or a TPU Node or pod slice
                                    (--tpu_name NAME)
     MultiWorkerMirroredStrategy    when TF_CONFIG describes a multi-host GPU / CPU cluster
-    MirroredStrategy               over every visible GPU, or the CPU when there is none (--no_tpu, or no TPU)
+    MirroredStrategy               over several GPUs (or --num_cpu_replicas CPU devices)
+    OneDeviceStrategy              on one GPU, or the CPU (--no_tpu, or no TPU)
 
-Everything that runs per batch obeys the rules of XLA, the compiler behind TPUs (and used here on CPU and GPU
-too): no Python `if` on tensor values, no tensor whose shape depends on its values, and one input shape. Batches
-always hold the same number of samples of exactly max_length tokens, and the loss is a sum over masked positions
+Everything that runs per batch obeys the rules of XLA, the compiler behind TPUs (and used here on GPUs too): no
+Python `if` on tensor values, no tensor whose shape depends on its values, and one input shape. Batches always
+hold the same number of samples of exactly max_length tokens, and the loss is a sum over masked positions
 divided by their count, never a boolean selection of them.
 
 The input pipeline is made of TensorFlow ops only, so it also runs on a TPU Node, whose host cannot run Python
@@ -25,8 +26,8 @@ Reported metrics count masked positions only: loss (mean cross-entropy per maske
 perplexity (exp of the loss). They also go to TensorBoard under {output_dir}/logs.
 
 Checkpoints go to {output_dir}/checkpoints every --checkpoint_every_steps; running the same command again after
-an interruption resumes from the last one (weights, optimizer state, step, learning-rate schedule). At the end,
-the model and tokenizer are saved with save_pretrained to --output_dir, ready for
+an interruption resumes from the last one (see TrainingRun: resuming, SIGTERM and NaN handling). At the end, the
+model and tokenizer are saved with save_pretrained to --output_dir, ready for
 `pipeline("fill-mask", model=output_dir, framework="tf")`.
 
 Every path (shards, tokenizer, config, --output_dir) may be in Google Cloud Storage, gs://bucket/folder, as a TPU
@@ -41,13 +42,13 @@ Example (a small model on a CPU):
 
 import argparse
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
 import math
 import os
 import re
-import shutil
 import signal
 import sys
 import tempfile
@@ -60,14 +61,12 @@ import tensorflow as tf
 import tf_keras as keras
 from transformers import AutoConfig, TFAutoModelForMaskedLM, create_optimizer
 
-from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MODELS_WITH_POSITION_OFFSET, SHARD_NAME_PATTERN,
-                   TOKEN_COUNTS_NAME, add_hardware_arguments, check_gcs_path, choose_strategy, count_hosts,
-                   host_addresses, is_gcs_path, load_auto_tokenizer, local_copy, push_folder_to_hub, strategy_name,
-                   upload_to_gcs, use_jit_compile, vocabulary_fingerprint)
+from utils import (ATTENTION_MASK, INCOMPLETE_MARKER_NAME, INPUT_IDS, MANIFEST_NAME, MODELS_WITH_POSITION_OFFSET,
+                   SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME, Manifest, add_hardware_arguments, count_hosts,
+                   host_addresses, is_gcs_path, load_auto_tokenizer, local_copy, save_final_folder, set_up_training,
+                   strategy_name, vocabulary_fingerprint)
 
 logger = logging.getLogger("run_mlm")
-
-
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_hardware_arguments(parser)
@@ -128,9 +127,6 @@ def parse_args():
     length = training.add_mutually_exclusive_group()
     length.add_argument("--num_epochs", type=int, default=1, help="Passes over the training data (default: %(default)s).")
     length.add_argument("--max_steps", type=int, help="Optimizer steps to train for, instead of --num_epochs.")
-    training.add_argument("--steps_per_execution", type=int, default=1,
-                          help="Steps run per call from Python into the device; larger values cut the per-step "
-                               "overhead, mostly on TPUs (default: %(default)s).")
     training.add_argument("--eval_every_steps", type=int,
                           help="Evaluate (and log to TensorBoard) every this many steps (default: once per epoch).")
     training.add_argument("--checkpoint_every_steps", type=int, default=1000,
@@ -165,6 +161,109 @@ def parse_args():
     return args
 
 
+def main(args):
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    strategy, on_tpu, jit_compile = set_up_training(
+        args, input_paths=(args.train_dataset, args.eval_dataset, args.tokenizer, args.pretrained_model_config))
+
+    # Check the data and the config before building anything, so that mistakes cost seconds, not minutes.
+    tokenizer = load_tokenizer(args)
+    train_files, train_sizes = find_shards(args.train_dataset, args.max_length, tokenizer, args.tokenizer)
+    eval_files, eval_sizes = find_shards(args.eval_dataset, args.max_length, tokenizer, args.tokenizer) \
+        if args.eval_dataset else (None, None)
+    config = load_config(args, tokenizer)
+    plan = plan_training(args, strategy, train_sizes, eval_sizes)
+    if on_tpu:
+        check_paths_for_pod(args, plan.num_hosts)
+    log_plan(args, strategy, plan, on_tpu, jit_compile, train_files, eval_files)
+
+    run = TrainingRun(args, strategy)
+    if run.is_complete(plan.total_steps):
+        return
+    run.prepare_output_dir()
+    with strategy.scope():
+        trainer, learning_rate = build_trainer(args, config, tokenizer, plan, jit_compile, train_files)
+        run.restore(trainer.mlm, trainer.optimizer)
+    logger.info("Model: %s with %.1fM parameters", config.model_type, trainer.mlm.count_params() / 1e6)
+
+    data = MaskedLMData(args, strategy, plan, tokenizer, train_files, eval_files)
+    tensorboard = TensorBoardLogger(run.log_dir, learning_rate)
+    if run.start_step == 0 and eval_files:
+        with damaged_shards_named(eval_files):
+            metrics = trainer.evaluate(data.evaluation(), steps=plan.eval_steps, return_dict=True, verbose=0)
+        logger.info("Evaluation before training: %s", format_metrics(metrics))
+        tensorboard.write("eval", metrics, step=0)
+        run.record("step_0_eval", metrics)
+
+    train(trainer, run, data, plan, callbacks=[run, tensorboard])
+    run.finish()  # Exits here after a stop signal or a NaN loss.
+    logger.info("Weights fingerprint: %s", weights_fingerprint(trainer.mlm))
+    warn_if_nothing_learned_from_context(run.results)
+    if run.is_chief:
+        save_model(args, trainer, tokenizer, config, run, plan, strategy.num_replicas_in_sync)
+
+
+def load_tokenizer(args):
+    tokenizer = load_auto_tokenizer(local_copy(args.tokenizer), args.tokenizer, "--tokenizer")
+    if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
+        raise SystemExit(f"error: the tokenizer {args.tokenizer!r} has no mask or pad token; "
+                         "train one with train_unigram.py.")
+    return tokenizer
+
+
+def log_plan(args, strategy, plan, on_tpu, jit_compile, train_files, eval_files):
+    """What will run where: a user reads here whether the hardware, batch and steps are the ones meant."""
+    logger.info("Strategy: %s with %d replica(s) on %d host(s); global batch %d (%d per replica x %d replicas x %d "
+                "accumulation steps); XLA %s; %s", strategy_name(strategy), strategy.num_replicas_in_sync,
+                plan.num_hosts, plan.global_batch_size, args.per_replica_batch_size, strategy.num_replicas_in_sync,
+                args.gradient_accumulation_steps, "implicit (TPU)" if on_tpu else "on" if jit_compile else "off",
+                "bfloat16 mixed precision" if args.bfloat16 else "float32")
+    if plan.num_hosts > 1:
+        logger.info("Hosts, each with an input pipeline of its own: %s", ", ".join(host_addresses(strategy)))
+    logger.info("Training: %d samples in %d shards, %d steps per epoch, %d steps in all; evaluation: %s; "
+                "LM head at %s", plan.train_samples, len(train_files), plan.steps_per_epoch, plan.total_steps,
+                f"{plan.eval_samples} samples, {plan.eval_steps} steps" if eval_files else "none",
+                f"{args.max_predictions_per_seq} positions per sequence" if args.max_predictions_per_seq
+                else "every position")
+
+
+def train(trainer, run, data, plan, callbacks):
+    """Trains from run.start_step to plan.total_steps, in rounds that each end with an evaluation.
+
+    A round is a Keras epoch of plan.eval_every steps. Rounds line up on multiples of plan.eval_every whatever step
+    the run starts from, so that a resumed run evaluates at the same steps as one never interrupted (see
+    fit_calls). Each fit call reads a dataset seeded by its first step: a resumed run does not replay the data or
+    the masks that the interrupted run began with.
+    """
+    start_time = time.perf_counter()
+    for first, round_steps, num_rounds in fit_calls(run.start_step, plan.total_steps, plan.eval_every):
+        logger.info("Steps %d to %d of %d, in %d round(s) of %d steps, each ending with an evaluation", first + 1,
+                    first + round_steps * num_rounds, plan.total_steps, num_rounds, round_steps)
+        with damaged_shards_named(data.train_files + (data.eval_files or [])):
+            trainer.fit(data.training(first_step=first), steps_per_epoch=round_steps,
+                        # Epochs numbered from the run's start, so that Keras' progress lines count rounds of the run.
+                        initial_epoch=first // plan.eval_every, epochs=first // plan.eval_every + num_rounds,
+                        validation_data=data.evaluation(), validation_steps=plan.eval_steps, callbacks=callbacks,
+                        verbose=1 if sys.stdout.isatty() else 2)
+        if run.stopping:
+            return
+    steps = int(trainer.optimizer.iterations.numpy()) - run.start_step
+    if steps:
+        seconds = time.perf_counter() - start_time
+        logger.info("Trained %d steps in %.0f s (%.1f samples/s)", steps, seconds,
+                    steps * plan.global_batch_size / seconds)
+
+
+def warn_if_nothing_learned_from_context(results):
+    """Below a tenth of a nat, the model has learned token frequencies and next to nothing from the context."""
+    beyond_frequency = results.get("final_eval", {}).get("nats_beyond_frequency")
+    if beyond_frequency is not None and beyond_frequency < 0.1:
+        logger.warning("At <mask> positions, the model predicts tokens %s a table of token frequencies does "
+                       "(%+.3f nats): it has learned next to nothing from the context yet. Train longer, or with "
+                       "another recipe (learning rate, batch size, masking rate).",
+                       "worse than" if beyond_frequency < 0 else "barely better than", beyond_frequency)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Data
 
@@ -188,14 +287,15 @@ def find_shards(path, max_length, tokenizer=None, tokenizer_name=None):
         raise SystemExit(f"error: no .tfrecord shard found at {path!r}. Check the path, or write shards there "
                          "with prepare_tfrecord_shards.py.")
     if has_manifest:
-        manifest = read_manifest(manifest_path)
-        listed = {shard["file"]: shard for shard in manifest["shards"]}
+        with tf.io.gfile.GFile(manifest_path, "rb") as f:
+            manifest = Manifest.from_json(f.read(), manifest_path)
+        listed = {shard["file"]: shard for shard in manifest.shards}
         unlisted = [file for file in files if os.path.basename(file) not in listed]
         if unlisted:
             raise SystemExit(f"error: {unlisted[0]!r} is not listed in {manifest_path!r}: the folder mixes shards "
                              "of different runs. Write the shards again into an empty folder.")
         sizes = [listed[os.path.basename(file)]["num_samples"] for file in files]
-        shard_max_length = manifest["max_length"]
+        shard_max_length = manifest.max_length
         refuse_shards_of_the_wrong_size(files, listed, manifest_path)
         if tokenizer is not None:
             refuse_another_vocabulary(path, manifest, tokenizer, tokenizer_name)
@@ -211,7 +311,7 @@ def find_shards(path, max_length, tokenizer=None, tokenizer_name=None):
         sizes = [int(match.group(2)) for match in matches]
         with damaged_shards_named(files[:1]):
             first_record = next(iter(tf.data.TFRecordDataset(files[0]).take(1))).numpy()
-        shard_max_length = len(tf.train.Example.FromString(first_record).features.feature["input_ids"].int64_list.value)
+        shard_max_length = len(tf.train.Example.FromString(first_record).features.feature[INPUT_IDS].int64_list.value)
     if shard_max_length != max_length:
         raise SystemExit(f"error: the shards at {path!r} hold samples of {shard_max_length} tokens, but "
                          f"--max_length is {max_length}. Pass --max_length {shard_max_length}, or write new shards.")
@@ -265,30 +365,6 @@ def refuse_interrupted_split(folder):
             "prepare_tfrecord_shards.py again, with --overwrite, and let it finish.")
 
 
-# The fields of a manifest that this script reads: every prepare_tfrecord_shards.py writes them.
-MANIFEST_FIELDS = ("max_length", "vocab_size", "shards")
-
-
-def read_manifest(manifest_path):
-    """The manifest at `manifest_path`, or SystemExit when it is not valid JSON or lacks a field this script reads."""
-    advice = "Write the shards again with prepare_tfrecord_shards.py (with --overwrite)."
-    try:
-        with tf.io.gfile.GFile(manifest_path) as f:
-            manifest = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise SystemExit(f"error: {manifest_path!r} is not valid JSON ({err}): it is damaged. {advice}") from None
-    if not isinstance(manifest, dict):
-        raise SystemExit(f"error: {manifest_path!r} is not a manifest of prepare_tfrecord_shards.py (a JSON object "
-                         f"is expected). {advice}")
-    missing = [field for field in MANIFEST_FIELDS if field not in manifest]
-    if not missing and isinstance(manifest["shards"], list):
-        missing = sorted({f"shards[].{field}" for shard in manifest["shards"] for field in ("file", "num_samples")
-                          if not isinstance(shard, dict) or field not in shard})
-    if missing:
-        raise SystemExit(f"error: {manifest_path!r} lacks the field(s) {', '.join(missing)}. {advice}")
-    return manifest
-
-
 def refuse_shards_of_the_wrong_size(files, listed, manifest_path):
     """Stops when a shard's size differs from the one the manifest records (one stat per shard): a truncated copy,
     or a shard replaced by another. Older manifests record no sizes: their shards are checked when read."""
@@ -308,17 +384,16 @@ def refuse_another_vocabulary(path, manifest, tokenizer, tokenizer_name):
     """Stops when the shards were written with another vocabulary than `tokenizer`'s: their ids would mean other
     tokens, or lie beyond the embedding table (on a TPU such ids are silently read as zeros; elsewhere the loss
     becomes NaN). Older manifests have no fingerprint: the vocabulary size is compared then."""
-    fingerprint = manifest.get("vocabulary_fingerprint")
-    if manifest["vocab_size"] == len(tokenizer) and fingerprint in (
+    if manifest.vocab_size == len(tokenizer) and manifest.vocabulary_fingerprint in (
             None, vocabulary_fingerprint(tokenizer.backend_tokenizer)):
         return
-    difference = (f"a vocabulary of {manifest['vocab_size']} tokens, but --tokenizer {tokenizer_name!r} has "
-                  f"{len(tokenizer)}" if manifest["vocab_size"] != len(tokenizer) else
+    difference = (f"a vocabulary of {manifest.vocab_size} tokens, but --tokenizer {tokenizer_name!r} has "
+                  f"{len(tokenizer)}" if manifest.vocab_size != len(tokenizer) else
                   f"a vocabulary of the same size as that of --tokenizer {tokenizer_name!r}, but other tokens")
     raise SystemExit(
-        f"error: the shards at {path!r} were written with the tokenizer {manifest.get('tokenizer')!r}, "
+        f"error: the shards at {path!r} were written with the tokenizer {manifest.tokenizer!r}, "
         f"{difference}: their token ids mean other tokens for this model. Pass the tokenizer the shards were "
-        f"written with (--tokenizer {manifest.get('tokenizer')}), or write the shards again with this one "
+        f"written with (--tokenizer {manifest.tokenizer}), or write the shards again with this one "
         f"(prepare_tfrecord_shards.py --tokenizer_name_or_path {tokenizer_name} --overwrite ...).")
 
 
@@ -426,11 +501,11 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
     if not training:
         batches = batches.take(num_batches)
 
-    features = {name: tf.io.FixedLenFeature([max_length], tf.int64) for name in ("input_ids", "attention_mask")}
+    features = {name: tf.io.FixedLenFeature([max_length], tf.int64) for name in (INPUT_IDS, ATTENTION_MASK)}
 
     def parse_and_mask(index, serialized):
         batch = {name: tf.cast(value, tf.int32) for name, value in tf.io.parse_example(serialized, features).items()}
-        batch.update(mask_tokens(batch["input_ids"], tf.stack([tf.constant(seed, tf.int64), index]), **masking))
+        batch.update(mask_tokens(batch[INPUT_IDS], tf.stack([tf.constant(seed, tf.int64), index]), **masking))
         return batch
 
     batches = batches.enumerate().map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE)
@@ -439,6 +514,34 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
         # (masked by their index in that sequence) makes each evaluation see exactly the same data and masks.
         batches = batches.repeat()
     return batches.prefetch(tf.data.AUTOTUNE)
+
+
+class MaskedLMData:
+    """This run's distributed datasets: on each host, make_dataset over its own shards, for its own replicas."""
+
+    def __init__(self, args, strategy, plan, tokenizer, train_files, eval_files):
+        self.args, self.strategy, self.plan = args, strategy, plan
+        self.train_files, self.eval_files = train_files, eval_files
+        self.masking = dict(mask_token_id=tokenizer.mask_token_id, special_token_ids=tokenizer.all_special_ids,
+                            vocab_size=len(tokenizer), mlm_probability=args.mlm_probability,
+                            max_predictions=args.max_predictions_per_seq)
+
+    def training(self, first_step):
+        """Endless training batches of every micro-batch of a step, seeded by the step they start at."""
+        return self._distribute(self.train_files, self.args.seed + first_step, self.plan.batch_per_replica_step,
+                                training=True, shuffle_buffer_size=self.args.shuffle_buffer_size)
+
+    def evaluation(self):
+        """The same plan.eval_steps batches, with the same masks, at every evaluation; None without eval data."""
+        if not self.eval_files:
+            return None
+        return self._distribute(self.eval_files, self.args.seed, self.args.per_replica_batch_size, training=False,
+                                num_batches=self.plan.eval_steps * self.plan.replicas_per_host)
+
+    def _distribute(self, files, seed, batch_size, **kwargs):
+        return self.strategy.distribute_datasets_from_function(lambda input_context: make_dataset(
+            files, input_context, batch_size=batch_size, max_length=self.args.max_length, masking=self.masking,
+            seed=seed, **kwargs))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -633,42 +736,277 @@ class MaskedLMTrainer(keras.Model):
         return {metric.name: metric.result() for metric in self.metrics}
 
 
+def build_trainer(args, config, tokenizer, plan, jit_compile, train_files):
+    """A new model, compiled for training in a MaskedLMTrainer, and its learning-rate schedule. Call it in the
+    strategy's scope, so that every variable (weights, optimizer slots) is created on every replica."""
+    mlm = TFAutoModelForMaskedLM.from_config(config)
+    mlm.build_in_name_scope()  # Create the weights now, with the standard names that save_pretrained expects.
+    optimizer, learning_rate = create_optimizer(init_lr=args.learning_rate, num_train_steps=plan.total_steps,
+                                                num_warmup_steps=plan.warmup_steps,
+                                                weight_decay_rate=args.weight_decay_rate)
+    frequency_table = read_frequency_table(train_files, tokenizer)
+    if args.output_bias == "frequencies" and frequency_table is not None:
+        start_from_token_frequencies(mlm, frequency_table)  # A checkpoint restored later replaces it.
+    trainer = MaskedLMTrainer(mlm, tokenizer.mask_token_id, args.gradient_accumulation_steps, jit_compile,
+                              frequency_log_probs=frequency_table)
+    trainer.compile(optimizer=optimizer, steps_per_execution=args.steps_per_execution)
+    return trainer, learning_rate
+
+
 # ----------------------------------------------------------------------------------------------------------------
-# Callbacks
+# How long: batch sizes and step counts
 
 
-class Checkpointing(keras.callbacks.Callback):
-    """Saves a checkpoint every `every_steps` steps and when asked to stop; stops at a NaN or infinite loss.
+@dataclasses.dataclass(frozen=True)
+class TrainingPlan:
+    num_hosts: int
+    replicas_per_host: int
+    batch_per_replica_step: int  # Samples a replica reads per optimizer step: all its micro-batches.
+    global_batch_size: int
+    train_samples: int
+    steps_per_epoch: int
+    total_steps: int
+    warmup_steps: int
+    eval_every: int  # Steps per round; each round ends with an evaluation.
+    eval_samples: int | None
+    eval_steps: int | None
 
-    SIGTERM (what a preempted VM or a job scheduler sends) and SIGINT (Ctrl-C) are acted on at the end of the
-    current step: a checkpoint is saved and training stops, so that running the same command again resumes there.
-    No checkpoint is saved once the loss is not finite, so the last one saved before stays the one to resume from.
+
+def plan_training(args, strategy, train_sizes, eval_sizes):
+    """Batch sizes and step counts, from the shard sizes and the number of hosts and replicas. Every host reads
+    its own shards (see make_dataset), so an epoch is as many steps as the host with the fewest samples fills."""
+    num_hosts = count_hosts(strategy)
+    replicas_per_host = strategy.num_replicas_in_sync // num_hosts
+    batch_per_replica_step = args.per_replica_batch_size * args.gradient_accumulation_steps
+    global_batch_size = batch_per_replica_step * strategy.num_replicas_in_sync
+    steps_per_epoch = batches_per_host(train_sizes, num_hosts, batch_per_replica_step) // replicas_per_host
+    if steps_per_epoch == 0:
+        raise SystemExit(f"error: the {sum(train_sizes)} training samples do not fill one global batch of "
+                         f"{global_batch_size}. Lower --per_replica_batch_size, or prepare more data.")
+    total_steps = args.max_steps or args.num_epochs * steps_per_epoch
+    eval_steps = None
+    if eval_sizes:
+        eval_steps = batches_per_host(eval_sizes, num_hosts, args.per_replica_batch_size) // replicas_per_host
+        if eval_steps == 0:
+            raise SystemExit(f"error: the {sum(eval_sizes)} evaluation samples do not fill one global batch of "
+                             f"{args.per_replica_batch_size * strategy.num_replicas_in_sync}.")
+    warmup_steps = args.warmup_steps if args.warmup_steps is not None else int(args.warmup_ratio * total_steps)
+    if warmup_steps >= total_steps:
+        raise SystemExit(f"error: {warmup_steps} warmup steps leave nothing of the {total_steps} steps.")
+    return TrainingPlan(num_hosts=num_hosts, replicas_per_host=replicas_per_host,
+                        batch_per_replica_step=batch_per_replica_step, global_batch_size=global_batch_size,
+                        train_samples=sum(train_sizes), steps_per_epoch=steps_per_epoch, total_steps=total_steps,
+                        warmup_steps=warmup_steps, eval_every=args.eval_every_steps or steps_per_epoch,
+                        eval_samples=sum(eval_sizes) if eval_sizes else None, eval_steps=eval_steps)
+
+
+def fit_calls(start_step, total_steps, round_steps):
+    """Splits training into model.fit calls, each (first step, steps per round, number of rounds).
+
+    Rounds line up on multiples of `round_steps`. All whole rounds run in one fit call, over one dataset; a round
+    begun before an interruption, and a shorter last round, get a call of their own. So every run ends exactly at
+    `total_steps`, evaluating at the same steps as a run never interrupted.
+    """
+    calls = []
+    head = min(-start_step % round_steps, total_steps - start_step)
+    if head:
+        calls.append((start_step, head, 1))
+    whole_rounds = (total_steps - start_step - head) // round_steps
+    if whole_rounds:
+        calls.append((start_step + head, round_steps, whole_rounds))
+    tail = (total_steps - start_step - head) % round_steps
+    if tail:
+        calls.append((total_steps - tail, tail, 1))
+    return calls
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Where a run starts, when it stops, what it saves
+
+
+# What a run writes into --output_dir before its end. A folder holding only these is one this script can resume
+# from (or, if it was stopped before its first complete checkpoint, start over in).
+RUN_STATE = ("checkpoints", "logs", "training_results.json")
+
+
+class TrainingRun(keras.callbacks.Callback):
+    """Where this run starts, when it stops, and what it saves.
+
+    Start: running the same command again is how an interrupted run resumes, from the last checkpoint in
+    {output_dir}/checkpoints (weights, optimizer state and step, hence the learning-rate schedule). A finished run
+    (its model saved) has nothing left to do, unless a larger --max_steps or --num_epochs asks for more steps.
+
+    Stop: a checkpoint is saved every --checkpoint_every_steps steps and at the last step. SIGTERM (what a
+    preempted VM or a job scheduler sends) and SIGINT (Ctrl-C) are acted on at the end of the current step: a
+    checkpoint is saved there, and the script exits with the shell's code for that signal (143 for SIGTERM). The
+    hosts of a multi-worker job agree on that step, whichever host was signalled, since a host that left alone
+    would leave the others waiting in a collective operation. A NaN or infinite loss stops training without a
+    checkpoint, so that the last one saved before stays the one to resume from.
+
+    Saved: only the chief writes into --output_dir (checkpoints, TensorBoard logs, training_results.json); the
+    other hosts take part in saving each checkpoint (a collective operation) but write into a scratch folder.
+    training_results.json holds the metrics so far, and `saved_model_step` once the model is saved.
+
+    Keras' BackupAndRestore and tf.distribute's PreemptionCheckpointHandler do parts of this, but not as this
+    pipeline needs: BackupAndRestore refuses OneDeviceStrategy, keeps a single checkpoint, numbered by save rather
+    than step, and not the last step's; PreemptionCheckpointHandler does nothing on Google Cloud TPU and CPU VMs,
+    and on GPU VMs there waits for a maintenance event rather than SIGTERM.
     """
 
-    def __init__(self, manager, every_steps, start_step):
+    def __init__(self, args, strategy):
         super().__init__()
-        self.manager = manager
-        self.every_steps = every_steps
-        self.last_saved_step = start_step
+        self.output_dir, self.overwrite = args.output_dir, args.overwrite
+        self.checkpoint_every_steps = args.checkpoint_every_steps
+        self.strategy = strategy
+        self.is_chief = strategy.extended.should_checkpoint
+        # One process drives every host of a TPU pod slice; a multi-worker job has a process per host.
+        self.hosts_must_agree = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) \
+            and count_hosts(strategy) > 1
+        self.results_path = os.path.join(self.output_dir, "training_results.json")
+        self.results = {}
+        self.manager = None
+        self.start_step = self.last_saved_step = 0
+        self.received_signal = None  # The name of the signal this process received, if any.
+        self.stop_requested = False  # By a signal, to this host or (multi-worker) to another.
         self.diverged_at_step = None
-        self.stop_signal = None
         for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, self._request_stop)
+            signal.signal(signum, self._on_signal)
 
-    def _request_stop(self, signum, frame):
-        self.stop_signal = signal.Signals(signum).name
+    # Start
+
+    def is_complete(self, total_steps):
+        """Whether an earlier run of this command already trained `total_steps` steps and saved its model."""
+        finished_at = None if self.overwrite or not tf.io.gfile.isdir(self.output_dir) else self.saved_model_step()
+        if finished_at is None or finished_at < total_steps:
+            return False
+        logger.info("The run in %s is already complete at step %d%s, and its model is saved there. Nothing to do. "
+                    "To train longer, raise --max_steps or --num_epochs; to start over, pass --overwrite.",
+                    self.output_dir, finished_at,
+                    f" (this command asks for {total_steps})" if finished_at > total_steps else "")
+        return True
+
+    def saved_model_step(self):
+        """The step at which this script last saved the model into --output_dir, or None if it never did."""
+        if not tf.io.gfile.exists(self.results_path):
+            return None
+        with tf.io.gfile.GFile(self.results_path) as f:
+            try:
+                return json.load(f).get("saved_model_step")
+            except (json.JSONDecodeError, AttributeError):  # Not this script's file: the folder is refused.
+                return None
+
+    def prepare_output_dir(self):
+        """Refuses an output folder holding files of something else; on --overwrite, clears an earlier run's state."""
+        if not self.is_chief or not tf.io.gfile.exists(self.output_dir):
+            return
+        if not tf.io.gfile.isdir(self.output_dir):
+            raise SystemExit(f"error: --output_dir {self.output_dir!r} is a file, not a folder. Choose another "
+                             "--output_dir (a folder, which is created if it does not exist).")
+        if self.overwrite:
+            for name in RUN_STATE:
+                path = os.path.join(self.output_dir, name)
+                if tf.io.gfile.isdir(path):
+                    tf.io.gfile.rmtree(path)
+                elif tf.io.gfile.exists(path):
+                    tf.io.gfile.remove(path)
+        elif set(tf.io.gfile.listdir(self.output_dir)) - {*RUN_STATE, *(name + "/" for name in RUN_STATE)} \
+                and self.saved_model_step() is None:  # The other files are the model this script saved.
+            raise SystemExit(f"error: the output folder {self.output_dir!r} holds files that are not a checkpoint "
+                             "of this script to resume from. Choose another --output_dir, or pass --overwrite to "
+                             "start over there.")
+
+    def restore(self, model, optimizer):
+        """Restores the last checkpoint, if any, and the metrics recorded up to it; sets start_step."""
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+        checkpoint_dir = os.path.join(self.output_dir, "checkpoints")
+        latest = None if self.overwrite else tf.train.latest_checkpoint(checkpoint_dir)
+        if latest:
+            checkpoint.restore(latest)
+            logger.info("Resuming from %s, at step %d", latest, int(optimizer.iterations.numpy()))
+        self.manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir if self.is_chief else tempfile.mkdtemp(),
+                                                  max_to_keep=3)
+        self.start_step = self.last_saved_step = int(optimizer.iterations.numpy())
+        if self.start_step > 0 and tf.io.gfile.exists(self.results_path):
+            with tf.io.gfile.GFile(self.results_path) as f:
+                self.results = json.load(f)
+
+    @property
+    def log_dir(self):
+        """TensorBoard's folder; the other hosts of a multi-worker job write theirs into their scratch folder."""
+        return os.path.join(self.output_dir if self.is_chief else self.manager.directory, "logs")
+
+    # Stop
+
+    def _on_signal(self, signum, frame):
+        self.received_signal = signal.Signals(signum).name
 
     def on_train_batch_end(self, batch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
-        if not math.isfinite(float(logs["loss"])):
+        stop_requested, diverged = self._on_every_host(self.received_signal is not None,
+                                                       not math.isfinite(float(logs["loss"])))
+        if diverged:
             self.diverged_at_step = step
-            self.model.stop_training = True
-            return
-        if self.stop_signal or step - self.last_saved_step >= self.every_steps:
-            self.manager.save(checkpoint_number=step)
-            self.last_saved_step = step
-        if self.stop_signal:
-            self.model.stop_training = True
+        elif stop_requested or step - self.last_saved_step >= self.checkpoint_every_steps:
+            self.save_checkpoint(step)
+        self.stop_requested = stop_requested
+        self.model.stop_training = self.stopping
+
+    def _on_every_host(self, *flags):
+        """`flags`, each true where it is true on any host of a multi-worker job: one small all-reduce per step."""
+        if not self.hosts_must_agree:
+            return flags
+        values = self.strategy.run(lambda: tf.constant([float(flag) for flag in flags]))
+        return [bool(total > 0) for total in self.strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None)]
+
+    @property
+    def stopping(self):
+        return self.stop_requested or self.diverged_at_step is not None
+
+    def save_checkpoint(self, step):
+        self.manager.save(checkpoint_number=step)
+        self.last_saved_step = step
+
+    def finish(self):
+        """After training: exits after a stop signal or a NaN loss, else saves the last step's checkpoint."""
+        step = int(self.model.optimizer.iterations.numpy()) if self.model else self.start_step
+        if self.diverged_at_step is not None:
+            raise SystemExit(f"error: the loss became NaN or infinite at step {self.diverged_at_step}. The last "
+                             f"good checkpoint, {self.manager.latest_checkpoint}, is kept. Lower --learning_rate "
+                             "or raise --warmup_steps, then run the same command again to resume from it.")
+        if step > self.last_saved_step:
+            self.save_checkpoint(step)  # The final step, whatever the interval.
+        if not self.is_chief:
+            tf.io.gfile.rmtree(self.manager.directory)
+        if self.stop_requested or self.received_signal:
+            logger.info("Stopped by %s at step %d, after saving checkpoint %s. Run the same command to resume.",
+                        self.received_signal or "a signal to another host", step, self.manager.latest_checkpoint)
+            # The shell's code for "killed by that signal"; another host's signal counts as a SIGTERM.
+            raise SystemExit(128 + signal.Signals[self.received_signal or "SIGTERM"])
+
+    # Saved
+
+    def record(self, name, metrics):
+        self.results[name] = metrics
+        self.save_results()
+
+    def on_epoch_end(self, epoch, logs=None):
+        """The metrics of a round, at its last step: Keras gives those of the evaluation with a "val_" prefix."""
+        self.results["step"] = int(self.model.optimizer.iterations.numpy())
+        self.results["final_train"] = {name: value for name, value in logs.items() if not name.startswith("val_")}
+        evaluation = {name[len("val_"):]: value for name, value in logs.items() if name.startswith("val_")}
+        if evaluation:
+            self.results["final_eval"] = evaluation
+        logger.info("Step %d: %s", self.results["step"], format_metrics(logs))
+        self.save_results()
+
+    def save_results(self):
+        if self.is_chief:
+            with tf.io.gfile.GFile(self.results_path, "w") as f:
+                json.dump(self.results, f, indent=2)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Output
 
 
 class TensorBoardLogger(keras.callbacks.Callback):
@@ -691,10 +1029,6 @@ class TensorBoardLogger(keras.callbacks.Callback):
         step = int(self.model.optimizer.iterations.numpy())
         self.write("train", {k: v for k, v in logs.items() if not k.startswith("val_")}, step)
         self.write("eval", {k[len("val_"):]: v for k, v in logs.items() if k.startswith("val_")}, step)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Output
 
 
 def write_model_card(folder, args, results):
@@ -755,280 +1089,25 @@ def format_metrics(metrics):
     return ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Main
+def save_model(args, trainer, tokenizer, config, run, plan, num_replicas):
+    """The model, its tokenizer and a model card into --output_dir (and to the Hub with --hub_model_id); then, in
+    training_results.json, the step it was saved at, so that the same command run again knows it has finished."""
+    step = int(trainer.optimizer.iterations.numpy())
+    run.results.update(step=step, model_type=config.model_type, vocab_size=config.vocab_size,
+                       train_samples=plan.train_samples, global_batch_size=plan.global_batch_size,
+                       num_replicas=num_replicas)
+    run.save_results()
 
+    def write(folder):
+        trainer.mlm.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        write_model_card(folder, args, run.results)
 
-def plan_steps(args, strategy, train_sizes, eval_sizes):
-    """Batch sizes and step counts, from the shard sizes and the number of hosts and replicas."""
-    plan = argparse.Namespace(num_hosts=count_hosts(strategy))
-    plan.replicas_per_host = strategy.num_replicas_in_sync // plan.num_hosts
-    plan.batch_per_replica_step = args.per_replica_batch_size * args.gradient_accumulation_steps
-    plan.global_batch_size = plan.batch_per_replica_step * strategy.num_replicas_in_sync
-    plan.steps_per_epoch = batches_per_host(train_sizes, plan.num_hosts,
-                                            plan.batch_per_replica_step) // plan.replicas_per_host
-    if plan.steps_per_epoch == 0:
-        raise SystemExit(f"error: the {sum(train_sizes)} training samples do not fill one global batch of "
-                         f"{plan.global_batch_size}. Lower --per_replica_batch_size, or prepare more data.")
-    plan.total_steps = args.max_steps or args.num_epochs * plan.steps_per_epoch
-    plan.eval_every = args.eval_every_steps or plan.steps_per_epoch
-    plan.eval_steps = None
-    if eval_sizes:
-        plan.eval_steps = batches_per_host(eval_sizes, plan.num_hosts,
-                                           args.per_replica_batch_size) // plan.replicas_per_host
-        if plan.eval_steps == 0:
-            raise SystemExit(f"error: the {sum(eval_sizes)} evaluation samples do not fill one global batch of "
-                             f"{args.per_replica_batch_size * strategy.num_replicas_in_sync}.")
-    plan.warmup_steps = args.warmup_steps if args.warmup_steps is not None else int(args.warmup_ratio * plan.total_steps)
-    if plan.warmup_steps >= plan.total_steps:
-        raise SystemExit(f"error: {plan.warmup_steps} warmup steps leave nothing of the {plan.total_steps} steps.")
-    return plan
-
-
-def fit_calls(start_step, total_steps, round_steps):
-    """Splits training into model.fit calls, each (first step, steps per round, number of rounds).
-
-    A round is a Keras epoch of `round_steps` steps, ending with an evaluation, and rounds line up on multiples of
-    `round_steps`. All whole rounds run in one fit call, over one dataset; a round begun before an interruption,
-    and a shorter last round, get a call of their own. So every run ends exactly at `total_steps`.
-    """
-    calls = []
-    head = min(-start_step % round_steps, total_steps - start_step)
-    if head:
-        calls.append((start_step, head, 1))
-    whole_rounds = (total_steps - start_step - head) // round_steps
-    if whole_rounds:
-        calls.append((start_step + head, round_steps, whole_rounds))
-    tail = (total_steps - start_step - head) % round_steps
-    if tail:
-        calls.append((total_steps - tail, tail, 1))
-    return calls
-
-
-# What a run writes into --output_dir before its end. A folder holding only these is one this script can resume
-# from (or, if it was stopped before its first complete checkpoint, start over in).
-RUN_STATE = ("checkpoints", "logs", "training_results.json")
-
-
-def check_output_dir(args):
-    """Refuses an output folder holding files of something else; on --overwrite, clears an earlier run's state."""
-    if not tf.io.gfile.exists(args.output_dir):
-        return
-    if not tf.io.gfile.isdir(args.output_dir):
-        raise SystemExit(f"error: --output_dir {args.output_dir!r} is a file, not a folder. Choose another "
-                         "--output_dir (a folder, which is created if it does not exist).")
-    if args.overwrite:
-        for name in RUN_STATE:
-            path = os.path.join(args.output_dir, name)
-            if tf.io.gfile.isdir(path):
-                tf.io.gfile.rmtree(path)
-            elif tf.io.gfile.exists(path):
-                tf.io.gfile.remove(path)
-    elif set(tf.io.gfile.listdir(args.output_dir)) - {*RUN_STATE, *(name + "/" for name in RUN_STATE)} \
-            and saved_model_step(args.output_dir) is None:  # The other files are the model this script saved.
-        raise SystemExit(f"error: the output folder {args.output_dir!r} holds files that are not a checkpoint of "
-                         "this script to resume from. Choose another --output_dir, or pass --overwrite to start over "
-                         "there.")
-
-
-def saved_model_step(output_dir):
-    """The step at which this script last saved the model into `output_dir`, or None if it never did."""
-    results_path = os.path.join(output_dir, "training_results.json")
-    if not tf.io.gfile.exists(results_path):
-        return None
-    with tf.io.gfile.GFile(results_path) as f:
-        try:
-            return json.load(f).get("saved_model_step")
-        except (json.JSONDecodeError, AttributeError):  # Not this script's file: the caller refuses the folder.
-            return None
-
-
-def main():
-    args = parse_args()
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    # Cloud Storage paths first: a missing bucket or permission must not wait for a TPU to start.
-    for path in (args.train_dataset, args.eval_dataset, args.tokenizer, args.pretrained_model_config):
-        check_gcs_path(path)
-    check_gcs_path(args.output_dir, write=True)
-    strategy, on_tpu = choose_strategy(args)  # Before any TensorFlow op.
-    keras.utils.set_random_seed(args.seed)
-
-    # Check the data and the config before building anything, so that mistakes cost seconds, not minutes.
-    tokenizer = load_auto_tokenizer(local_copy(args.tokenizer), args.tokenizer, "--tokenizer")
-    if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
-        raise SystemExit(f"error: the tokenizer {args.tokenizer!r} has no mask or pad token; "
-                         "train one with train_unigram.py.")
-    train_files, train_sizes = find_shards(args.train_dataset, args.max_length, tokenizer, args.tokenizer)
-    eval_files, eval_sizes = find_shards(args.eval_dataset, args.max_length, tokenizer, args.tokenizer) \
-        if args.eval_dataset else (None, None)
-    config = load_config(args, tokenizer)
-
-    # One host (the chief) writes checkpoints, logs and the model; the others take part in saving checkpoints
-    # (a collective operation) but write their copies to a scratch folder.
-    is_chief = strategy.extended.should_checkpoint
-    plan = plan_steps(args, strategy, train_sizes, eval_sizes)
-    if on_tpu:
-        check_paths_for_pod(args, plan.num_hosts)
-    if args.bfloat16:
-        keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    jit_compile = use_jit_compile(args, on_tpu)
-    logger.info("Strategy: %s with %d replica(s) on %d host(s); global batch %d (%d per replica x %d replicas x %d "
-                "accumulation steps); XLA %s; %s", strategy_name(strategy), strategy.num_replicas_in_sync,
-                plan.num_hosts, plan.global_batch_size, args.per_replica_batch_size, strategy.num_replicas_in_sync,
-                args.gradient_accumulation_steps, "implicit (TPU)" if on_tpu else "on" if jit_compile else "off",
-                "bfloat16 mixed precision" if args.bfloat16 else "float32")
-    if plan.num_hosts > 1:
-        logger.info("Hosts, each with an input pipeline of its own: %s", ", ".join(host_addresses(strategy)))
-    logger.info("Training: %d samples in %d shards, %d steps per epoch, %d steps in all; evaluation: %s; "
-                "LM head at %s", sum(train_sizes), len(train_files), plan.steps_per_epoch, plan.total_steps,
-                f"{sum(eval_sizes)} samples, {plan.eval_steps} steps" if eval_files else "none",
-                f"{args.max_predictions_per_seq} positions per sequence" if args.max_predictions_per_seq
-                else "every position")
-
-    checkpoint_dir = os.path.join(args.output_dir, "checkpoints")
-    # Running the same command again is how an interrupted run resumes: once the run is complete, it has nothing
-    # left to do. A larger --max_steps or --num_epochs resumes it from its last checkpoint instead.
-    finished_at = None if args.overwrite or not tf.io.gfile.isdir(args.output_dir) \
-        else saved_model_step(args.output_dir)
-    if finished_at is not None and finished_at >= plan.total_steps:
-        logger.info("The run in %s is already complete at step %d%s, and its model is saved there. "
-                    "Nothing to do. To train longer, raise --max_steps or --num_epochs; to start over, pass "
-                    "--overwrite.", args.output_dir, finished_at,
-                    f" (this command asks for {plan.total_steps})" if finished_at > plan.total_steps else "")
-        return
-    if is_chief:
-        check_output_dir(args)
-    with strategy.scope():
-        mlm = TFAutoModelForMaskedLM.from_config(config)
-        mlm.build_in_name_scope()  # Create the weights now, with the standard names that save_pretrained expects.
-        optimizer, schedule = create_optimizer(init_lr=args.learning_rate, num_train_steps=plan.total_steps,
-                                               num_warmup_steps=plan.warmup_steps,
-                                               weight_decay_rate=args.weight_decay_rate)
-        frequency_table = read_frequency_table(train_files, tokenizer)
-        if args.output_bias == "frequencies" and frequency_table is not None:
-            start_from_token_frequencies(mlm, frequency_table)  # A checkpoint restored below replaces it.
-        trainer = MaskedLMTrainer(mlm, tokenizer.mask_token_id, args.gradient_accumulation_steps, jit_compile,
-                                  frequency_log_probs=frequency_table)
-        trainer.compile(optimizer=optimizer, steps_per_execution=args.steps_per_execution)
-        checkpoint = tf.train.Checkpoint(model=mlm, optimizer=optimizer)
-        latest_checkpoint = None if args.overwrite else tf.train.latest_checkpoint(checkpoint_dir)
-        if latest_checkpoint:
-            checkpoint.restore(latest_checkpoint)
-            logger.info("Resuming from %s, at step %d", latest_checkpoint, int(optimizer.iterations.numpy()))
-    manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir if is_chief else tempfile.mkdtemp(),
-                                         max_to_keep=3)
-    logger.info("Model: %s with %.1fM parameters", config.model_type, mlm.count_params() / 1e6)
-
-    masking = dict(mask_token_id=tokenizer.mask_token_id, special_token_ids=tokenizer.all_special_ids,
-                   vocab_size=len(tokenizer), mlm_probability=args.mlm_probability,
-                   max_predictions=args.max_predictions_per_seq)
-
-    def distributed(files, seed, batch_size, **kwargs):
-        return strategy.distribute_datasets_from_function(lambda input_context: make_dataset(
-            files, input_context, batch_size=batch_size, max_length=args.max_length, masking=masking, seed=seed,
-            **kwargs))
-
-    def eval_data():
-        return distributed(eval_files, args.seed, args.per_replica_batch_size, training=False,
-                           num_batches=plan.eval_steps * plan.replicas_per_host)
-
-    # Metrics so far, kept beside the checkpoints so that a resumed run still knows where training started.
-    results_path = os.path.join(args.output_dir, "training_results.json")
-    results = {}
-    step = first_step = int(optimizer.iterations.numpy())
-    if step > 0 and tf.io.gfile.exists(results_path):
-        with tf.io.gfile.GFile(results_path) as f:
-            results = json.load(f)
-
-    def save_results():
-        if is_chief:
-            with tf.io.gfile.GFile(results_path, "w") as f:
-                json.dump(results, f, indent=2)
-
-    tensorboard = TensorBoardLogger(os.path.join(args.output_dir if is_chief else manager.directory, "logs"),
-                                    schedule)
-    checkpointing = Checkpointing(manager, args.checkpoint_every_steps, start_step=step)
-    if step == 0 and eval_files:
-        with damaged_shards_named(eval_files):
-            results["step_0_eval"] = trainer.evaluate(eval_data(), steps=plan.eval_steps, return_dict=True,
-                                                      verbose=0)
-        tensorboard.write("eval", results["step_0_eval"], 0)
-        logger.info("Evaluation before training: %s", format_metrics(results["step_0_eval"]))
-        save_results()
-
-    def record_round(epoch, logs):
-        results.update(step=int(optimizer.iterations.numpy()),
-                       final_train={k: v for k, v in logs.items() if not k.startswith("val_")})
-        if eval_files:
-            results["final_eval"] = {k[len("val_"):]: v for k, v in logs.items() if k.startswith("val_")}
-        logger.info("Step %d: %s", results["step"], format_metrics(logs))
-        save_results()
-
-    callbacks = [checkpointing, tensorboard, keras.callbacks.LambdaCallback(on_epoch_end=record_round)]
-    start_time = time.perf_counter()
-    for first, round_steps, num_rounds in fit_calls(step, plan.total_steps, plan.eval_every):
-        if checkpointing.diverged_at_step is not None or checkpointing.stop_signal:
-            break
-        # Each fit call reads one dataset, seeded by its first step: a resumed run does not replay the data or
-        # the masks that the interrupted run began with.
-        logger.info("Steps %d to %d of %d, in %d round(s) of %d steps, each ending with an evaluation", first + 1,
-                    first + round_steps * num_rounds, plan.total_steps, num_rounds, round_steps)
-        with damaged_shards_named(train_files + (eval_files or [])):
-            trainer.fit(
-                distributed(train_files, args.seed + first, plan.batch_per_replica_step, training=True,
-                            shuffle_buffer_size=args.shuffle_buffer_size),
-                initial_epoch=first // plan.eval_every, epochs=first // plan.eval_every + num_rounds,
-                steps_per_epoch=round_steps, validation_data=eval_data() if eval_files else None,
-                validation_steps=plan.eval_steps, callbacks=callbacks, verbose=1 if sys.stdout.isatty() else 2)
-    step = int(optimizer.iterations.numpy())
-
-    if checkpointing.diverged_at_step is not None:
-        raise SystemExit(f"error: the loss became NaN or infinite at step {checkpointing.diverged_at_step}. The "
-                         f"last good checkpoint, {manager.latest_checkpoint}, is kept. Lower --learning_rate or "
-                         "raise --warmup_steps, then run the same command again to resume from it.")
-    if checkpointing.stop_signal:
-        logger.info("Stopped by %s at step %d, after saving checkpoint %s. Run the same command to resume.",
-                    checkpointing.stop_signal, step, manager.latest_checkpoint)
-        raise SystemExit(128 + signal.Signals[checkpointing.stop_signal])  # The shell's code for "killed by it".
-    if step > first_step:
-        if not (manager.latest_checkpoint or "").endswith(f"-{step}"):
-            manager.save(checkpoint_number=step)  # The final step, whatever the interval.
-        seconds = time.perf_counter() - start_time
-        logger.info("Trained %d steps in %.0f s (%.1f samples/s)", step - first_step, seconds,
-                    (step - first_step) * plan.global_batch_size / seconds)
-    logger.info("Weights fingerprint: %s", weights_fingerprint(mlm))
-
-    # Below a tenth of a nat, the model has learned token frequencies and next to nothing from the context.
-    beyond_frequency = results.get("final_eval", {}).get("nats_beyond_frequency")
-    if beyond_frequency is not None and beyond_frequency < 0.1:
-        logger.warning("At <mask> positions, the model predicts tokens %s a table of token frequencies does "
-                       "(%+.3f nats): it has learned next to nothing from the context yet. Train longer, or with "
-                       "another recipe (learning rate, batch size, masking rate).",
-                       "worse than" if beyond_frequency < 0 else "barely better than", beyond_frequency)
-    if not is_chief:
-        tf.io.gfile.rmtree(manager.directory)
-        return
-    results.update(step=step, model_type=config.model_type, vocab_size=config.vocab_size,
-                   train_samples=sum(train_sizes), global_batch_size=plan.global_batch_size,
-                   num_replicas=strategy.num_replicas_in_sync)
-    save_results()
-    # save_pretrained and the Hub client work on local folders: for a gs:// output, save to a local folder first.
-    local_dir = tempfile.mkdtemp() if is_gcs_path(args.output_dir) else args.output_dir
-    mlm.save_pretrained(local_dir)
-    tokenizer.save_pretrained(local_dir)
-    write_model_card(local_dir, args, results)
-    if local_dir != args.output_dir:
-        upload_to_gcs(local_dir, args.output_dir)
-    results["saved_model_step"] = step  # Written last: a re-run of the same command then knows it has finished.
-    save_results()
-    logger.info("Model, tokenizer and model card saved to %s", args.output_dir)
-    if args.hub_model_id:
-        url = push_folder_to_hub(local_dir, args.hub_model_id, f"Pre-trained for {step} steps",
-                                 ignore_patterns=["checkpoints/*"])  # TensorBoard logs are welcome on the Hub.
-        logger.info("Pushed to %s", url)
-    if local_dir != args.output_dir:
-        shutil.rmtree(local_dir)
+    save_final_folder(args.output_dir, write, "Model, tokenizer and model card", args.hub_model_id,
+                      f"Pre-trained for {step} steps",
+                      ignore_patterns=["checkpoints/*"])  # TensorBoard logs are welcome on the Hub.
+    run.record("saved_model_step", step)
 
 
 if __name__ == "__main__":
-    main()
+    main(parse_args())

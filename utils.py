@@ -23,6 +23,7 @@ Application Default Credentials.
 
 import atexit
 import collections
+import dataclasses
 import functools
 import glob
 import hashlib
@@ -38,33 +39,91 @@ import shutil
 import tempfile
 import uuid
 
+logger = logging.getLogger("utils")
+
+# ----------------------------------------------------------------------------------------------------------------
+# The shard contract: what prepare_tfrecord_shards.py writes into each split folder, and run_mlm.py reads.
+#
+#   INCOMPLETE                               written first, deleted once the manifest is written
+#   dataset-{index}-{num_samples}.tfrecord   the samples, as tf.train.Example records
+#   token_counts.json                        how many times each token id occurs in the samples, a JSON list
+#   manifest.json                            written last, once every shard is complete: a Manifest
+
 # Shards are named as in the original Transformers TPU example, so that shards made by it keep working:
 # the second number is how many samples (tf.train.Example records) the file holds.
 SHARD_NAME = "dataset-{index}-{num_samples}.tfrecord"
 SHARD_NAME_PATTERN = re.compile(r"dataset-(\d+)-(\d+)\.tfrecord$")
+# Each record holds these two int64 features, each a list of exactly max_length values.
+INPUT_IDS = "input_ids"  # The token ids of one sample.
+ATTENTION_MASK = "attention_mask"  # All ones (samples are never padded): kept for readers of the original format.
 MANIFEST_NAME = "manifest.json"
-# How many times each token id occurs in a split's samples: a JSON list indexed by token id. run_mlm.py scores its
-# model against the best constant predictor, a table of the training tokens' frequencies.
+# run_mlm.py scores its model against the best constant predictor, a table of the training tokens' frequencies.
 TOKEN_COUNTS_NAME = "token_counts.json"
-# prepare_tfrecord_shards.py writes this file into a split folder before its first shard and deletes it after the
-# manifest: a folder that still has it was left by an interrupted run, and holds only part of the split.
+# A folder that still has this file was left by an interrupted run, and holds only part of the split.
 INCOMPLETE_MARKER_NAME = "INCOMPLETE"
 
-# Which 🤗 Datasets builder reads a local file, by its extension.
-FILE_BUILDERS = {".txt": "text", ".text": "text", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
-# RoBERTa-style models number positions from pad_token_id + 1, so they need that many more position embeddings
-# than the longest sequence (RoBERTa-base: 514 for 512 tokens).
-MODELS_WITH_POSITION_OFFSET = ("roberta", "xlm-roberta", "camembert", "roberta-prelayernorm")
+@dataclasses.dataclass
+class Manifest:
+    """manifest.json of a split folder. The first three fields are those run_mlm.py needs; manifests of older
+    versions of prepare_tfrecord_shards.py may lack the others."""
+    max_length: int
+    vocab_size: int
+    # For each shard, in order: {"file": its name, "num_samples": N, "num_bytes": its size}. run_mlm.py compares
+    # the size with the file's, so that a truncated copy is found early; older manifests give no size.
+    shards: list
+    split: str | None = None
+    num_samples: int | None = None
+    num_tokens: int | None = None
+    dropped_tokens: int | None = None  # Tokens at the ends of the parts that did not fill a sample.
+    num_parts: int | None = None  # Parts of the split written side by side (processes or Beam workers).
+    num_texts: int | None = None
+    tokenizer: str | None = None  # What --tokenizer_name_or_path named.
+    vocabulary_fingerprint: str | None = None  # See vocabulary_fingerprint: run_mlm.py compares it with its own.
+
+    def to_json(self):
+        return json.dumps(dataclasses.asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, data, path):
+        """The manifest in `data` (the bytes of the file at `path`), or SystemExit saying what is wrong with it."""
+        advice = "Write the shards again with prepare_tfrecord_shards.py (with --overwrite)."
+        try:
+            fields = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise SystemExit(f"error: {path!r} is not valid JSON ({err}): it is damaged. {advice}") from None
+        if not isinstance(fields, dict):
+            raise SystemExit(f"error: {path!r} is not a manifest of prepare_tfrecord_shards.py (a JSON object is "
+                             f"expected). {advice}")
+        missing = [field.name for field in dataclasses.fields(cls)
+                   if field.default is dataclasses.MISSING and field.name not in fields]
+        if not missing and isinstance(fields["shards"], list):
+            missing = sorted({f"shards[].{name}" for shard in fields["shards"] for name in ("file", "num_samples")
+                              if not isinstance(shard, dict) or name not in shard})
+        if missing:
+            raise SystemExit(f"error: {path!r} lacks the field(s) {', '.join(missing)}. {advice}")
+        known = {field.name for field in dataclasses.fields(cls)}
+        return cls(**{name: value for name, value in fields.items() if name in known})
+
+
+def vocabulary_fingerprint(tokenizer):
+    """A hash of a 🤗 Tokenizers tokenizer's vocabulary (every token with its id, added tokens included).
+
+    prepare_tfrecord_shards.py stores it in each manifest, and run_mlm.py compares it with its own tokenizer's:
+    shards and model must agree on what every id means. A Tokenizer loaded from tokenizer.json and the
+    backend_tokenizer of the same folder's AutoTokenizer give the same value.
+    """
+    pairs = sorted(tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda pair: pair[1])
+    return hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Google Cloud Storage
 
 
 def is_gcs_path(path):
     """True for a Google Cloud Storage path (gs://bucket/...), false for anything else, local paths included."""
     return str(path).startswith("gs://")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Google Cloud Storage
 
 
 def split_gcs_path(path):
@@ -172,6 +231,13 @@ def upload_to_gcs(local_dir, path):
             local_path = os.path.join(root, file)
             relative = os.path.relpath(local_path, local_dir).replace(os.sep, "/")
             bucket.blob(posixpath.join(name, relative)).upload_from_filename(local_path)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reading a text corpus (train_unigram.py and prepare_tfrecord_shards.py)
+
+# Which 🤗 Datasets builder reads a local file, by its extension.
+FILE_BUILDERS = {".txt": "text", ".text": "text", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
 
 def open_binary(path, chunk_size=None):
@@ -420,12 +486,12 @@ def not_utf8_error(path):
             f"`iconv -f latin1 -t utf-8 {path} > {path}.utf8`, then pass the converted file.")
 
 
-def check_output_dir(path, overwrite):
-    """Refuses to write into a folder that already holds files, unless the user said `overwrite`.
+# ----------------------------------------------------------------------------------------------------------------
+# Output folders, tokenizers and the Hub
 
-    Returns True when the folder exists and is not empty (and overwrite was given), so that the caller can clear
-    what it is about to replace.
-    """
+
+def check_output_dir(path, overwrite):
+    """Refuses to write into a folder that already holds files, unless the user said `overwrite`; refuses a file."""
     if is_gcs_path(path):
         bucket, name = split_gcs_path(path)
         is_file = bool(name.rstrip("/")) and gcs_client().bucket(bucket).blob(name.rstrip("/")).exists()
@@ -439,12 +505,9 @@ def check_output_dir(path, overwrite):
                         None) is None
     else:
         is_empty = not os.path.exists(path) or not os.listdir(path)
-    if is_empty:
-        return False
-    if not overwrite:
+    if not is_empty and not overwrite:
         raise SystemExit(f"error: the output folder {path!r} is not empty. Choose another --output_dir, "
                          "or pass --overwrite to replace what this run writes there.")
-    return True
 
 
 def load_auto_tokenizer(local_path, name_or_path, flag):
@@ -473,17 +536,6 @@ def load_auto_tokenizer(local_path, name_or_path, flag):
             f"{name_or_path}`), or a Hub tokenizer id while online.") from err
 
 
-def vocabulary_fingerprint(tokenizer):
-    """A hash of a 🤗 Tokenizers tokenizer's vocabulary (every token with its id, added tokens included).
-
-    prepare_tfrecord_shards.py stores it in each manifest, and run_mlm.py compares it with its own tokenizer's:
-    shards and model must agree on what every id means. A Tokenizer loaded from tokenizer.json and the
-    backend_tokenizer of the same folder's AutoTokenizer give the same value.
-    """
-    pairs = sorted(tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda pair: pair[1])
-    return hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()
-
-
 def push_folder_to_hub(folder, repo_id, commit_message, ignore_patterns=None):
     """Uploads a saved folder (but files matching `ignore_patterns`) to the Hub repository `repo_id`, created if needed.
 
@@ -504,13 +556,36 @@ def push_folder_to_hub(folder, repo_id, commit_message, ignore_patterns=None):
     return url
 
 
+def save_final_folder(output_dir, write, description, hub_model_id=None, commit_message=None,
+                      ignore_patterns=None):
+    """Has `write(folder)` write the final files into a local folder, then puts them in `output_dir` and, with
+    `hub_model_id`, on the Hub (but files matching `ignore_patterns`).
+
+    save_pretrained and the Hub client work on local folders only: for a gs:// `output_dir`, `folder` is a local
+    temporary one, uploaded, then deleted once pushed.
+    """
+    local_dir = tempfile.mkdtemp() if is_gcs_path(output_dir) else output_dir
+    write(local_dir)
+    if local_dir != output_dir:
+        upload_to_gcs(local_dir, output_dir)
+    logger.info("%s saved to %s", description, output_dir)
+    if hub_model_id:
+        url = push_folder_to_hub(local_dir, hub_model_id, commit_message, ignore_patterns)
+        logger.info("Pushed to %s", url)
+    if local_dir != output_dir:
+        shutil.rmtree(local_dir)
+
+
 # ----------------------------------------------------------------------------------------------------------------
-# Hardware: the tf.distribute strategy (run_mlm.py and run_classification.py)
+# Models and hardware (run_mlm.py and run_classification.py): the tf.distribute strategy
 #
 # TensorFlow is imported inside these functions, so that the two data scripts, which import utils too, never pay
 # for it.
 
-logger = logging.getLogger("utils")
+# RoBERTa-style models number positions from pad_token_id + 1, so they need that many more position embeddings
+# than the longest sequence (RoBERTa-base: 514 for 512 tokens).
+MODELS_WITH_POSITION_OFFSET = ("roberta", "xlm-roberta", "camembert", "roberta-prelayernorm")
+
 
 # Every TPU chip is a PCI device of Google's vendor id; its device id names the generation (v2 and v3 share one,
 # told apart by the subsystem id). These are the ids that Google's tpu-info tool reads.
@@ -538,6 +613,9 @@ def add_hardware_arguments(parser):
                           help="On a machine without GPUs, split the CPU into this many devices and train one "
                                "replica on each: a dry run of multi-replica training without accelerators "
                                "(default: %(default)s).")
+    hardware.add_argument("--steps_per_execution", type=int, default=1,
+                          help="Steps run per call from Python into the device; larger values cut the per-step "
+                               "overhead, mostly on TPUs (default: %(default)s).")
     hardware.add_argument("--bfloat16", action="store_true",
                           help="Mixed precision: compute in bfloat16, keep weights in float32. Fast on TPUs and "
                                "recent GPUs (A100, H100); slow on CPUs.")
@@ -733,6 +811,24 @@ def choose_strategy(args, root="/"):
         # (scope, distributed datasets, replica context) without it.
         return tf.distribute.OneDeviceStrategy(devices[0]), False
     return tf.distribute.MirroredStrategy(devices), False
+
+
+def set_up_training(args, input_paths):
+    """What both training scripts do first, in this order; returns (strategy, on_tpu, jit_compile).
+
+    Every gs:// path is checked first: a missing bucket or permission must not wait for a TPU to start. Then the
+    strategy, before any TensorFlow op; then the seeds and the precision, before any model is built.
+    """
+    import tf_keras as keras
+
+    for path in input_paths:
+        check_gcs_path(path)
+    check_gcs_path(args.output_dir, write=True)
+    strategy, on_tpu = choose_strategy(args)
+    keras.utils.set_random_seed(args.seed)
+    if args.bfloat16:
+        keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    return strategy, on_tpu, use_jit_compile(args, on_tpu)
 
 
 def use_jit_compile(args, on_tpu):

@@ -29,8 +29,8 @@ def free_ports(count):
     return ports
 
 
-def run_workers(args, timeout=600):
-    """Runs run_mlm.py as the two workers of one cluster on 127.0.0.1; returns their (exit code, stderr)."""
+def start_workers(args):
+    """Starts run_mlm.py as the two workers of one cluster on 127.0.0.1; returns their processes."""
     cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
     processes = []
     for index in range(2):
@@ -38,6 +38,12 @@ def run_workers(args, timeout=600):
         processes.append(subprocess.Popen([sys.executable, str(REPO / "run_mlm.py"), *map(str, args)],
                                           env={**__import__("os").environ, "TF_CONFIG": tf_config},
                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    return processes
+
+
+def run_workers(args, timeout=600):
+    """Runs run_mlm.py as the two workers of one cluster on 127.0.0.1; returns their (exit code, stderr)."""
+    processes = start_workers(args)
     outputs = []
     for process in processes:
         try:
@@ -108,3 +114,30 @@ def test_sigterm_saves_a_checkpoint_then_the_same_command_resumes(shards_dir, to
     result = run_script("run_mlm.py", *args)
     assert f"at step {stopped_at}" in result.stderr and f"Steps {stopped_at + 1} to " in result.stderr
     assert json.loads((output_dir / "training_results.json").read_text())["step"] == 400
+
+
+def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(shards_dir, tokenizer_dir, tiny_config_dir,
+                                                                   tmp_path):
+    # A preempted host of a multi-worker job: the other hosts must stop at the same step, not wait for it forever.
+    output_dir = tmp_path / "model"
+    args = tiny_run_args(shards_dir, tokenizer_dir, tiny_config_dir, output_dir) + [
+        "--max_steps", 400, "--eval_every_steps", 200, "--checkpoint_every_steps", 1000]
+    chief, worker = start_workers(args)
+    for line in worker.stderr:
+        if "Steps 1 to 400 of 400" in line:
+            break
+    time.sleep(4)
+    worker.send_signal(signal.SIGTERM)  # The non-chief only.
+    try:
+        chief_log, worker_log = (process.communicate(timeout=300)[1] for process in (chief, worker))
+    finally:
+        for process in (chief, worker):
+            if process.poll() is None:
+                process.kill()
+    assert worker.returncode == 128 + signal.SIGTERM, worker_log[-3000:]
+    assert chief.returncode == 128 + signal.SIGTERM, chief_log[-3000:]
+    stopped = re.search(r"Stopped by SIGTERM at step (\d+), after saving", worker_log)
+    assert stopped, worker_log[-3000:]
+    step = int(stopped.group(1))
+    assert f"Stopped by a signal to another host at step {step}, after saving checkpoint " in chief_log
+    assert 0 < step < 400 and (output_dir / "checkpoints" / f"ckpt-{step}.index").exists()
