@@ -439,7 +439,7 @@ def iter_text_file_lines(files):
     """The lines of text files (paths, or (path, start, end) byte ranges, as open_text takes them), without their
     line breaks. Invalid UTF-8 raises SystemExit, saying where it is and what to do."""
     for file in files:
-        path, start, end = (file, 0, None) if isinstance(file, str) else file
+        path, start, end = (file, 0, None) if isinstance(file, (str, os.PathLike)) else file
         with open_text(path, start, end) as f:
             try:
                 for line in f:
