@@ -113,7 +113,8 @@ def main():
     loads = [load_average()]
     for name in args.recipes:
         flags = RECIPES[name]
-        length, steps = effective_flags(flags)["--max_length"], int(effective_flags(flags)["--max_steps"])
+        settings = effective_flags(flags)
+        length, steps = settings["--max_length"], int(settings["--max_steps"])
         command = ["run_mlm.py", "--train_dataset", str(work_dir / f"tfrecords-{length}" / "train"),
                    "--eval_dataset", str(work_dir / f"tfrecords-{length}" / "validation"),
                    "--tokenizer", str(tokenizer), "--pretrained_model_config", "configs/roberta-base.json",
@@ -126,13 +127,13 @@ def main():
         results = json.loads((work_dir / "runs" / name / "training_results.json").read_text())
         final = results["final_eval"]
         curve = " / ".join(f"{nats:+.2f}" for _, nats in evaluations(log))
-        rows.append([name, f"{length} x {effective_flags(flags)['--per_replica_batch_size']}", steps,
+        rows.append([name, f"{length} x {settings['--per_replica_batch_size']}", steps,
                      f"{seconds:.0f}", f"{final['loss_at_mask']:.3f}", f"{final['frequency_loss_at_mask']:.3f}",
                      f"{final['nats_beyond_frequency']:+.3f}", f"{final['accuracy_at_mask']:.3f}", curve])
         print(f"{name}: {rows[-1]}", file=sys.stderr)
 
     print(f"Machine: {describe_machine()}; load average during the runs {min(loads):.1f} to {max(loads):.1f}")
-    print(f"Every run: {' '.join(['run_mlm.py', '--pretrained_model_config', 'configs/roberta-base.json'])}, "
+    print("Every run: run_mlm.py --pretrained_model_config configs/roberta-base.json, "
           f"shards of {args.train_file} (vocabulary {args.vocab_size}), evaluated on {args.validation_file}\n")
     print_table(["recipe", "length x batch", "steps", "seconds", "loss at <mask>", "frequency table",
                  "nats beyond", "accuracy at <mask>", "nats every 250 steps"], rows)
