@@ -1,13 +1,16 @@
 """Shared set-up for the tests: an offline environment, and the expensive artifacts (a tokenizer, a set of shards,
 a tiny model config) built once per session from the slice of the real WikiText-2 in tests/data."""
 
+import atexit
 import os
+import shutil
 import tempfile
 
 # Before anything imports 🤗 libraries or TensorFlow: no network, an empty cache of our own, quiet TensorFlow.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="hf-home-")
+atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 os.environ["TOKENIZERS_PARALLELISM"] = "true"
 # Never real Cloud Storage credentials or endpoints: the gs:// tests bring their own emulator on 127.0.0.1.
