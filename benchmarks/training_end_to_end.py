@@ -39,8 +39,8 @@ def parse_args():
                         help="The model, over configs/roberta-base.json (default: %(default)s).")
     parser.add_argument("--batch_size", type=int, default=32, help="Samples per step (default: %(default)s).")
     parser.add_argument("--short_steps", type=int, default=10, help="Steps of the short run (default: %(default)s).")
-    parser.add_argument("--long_steps", type=int, default=60, help="Steps of the long run (default: %(default)s).")
-    parser.add_argument("--passes", type=int, default=2, help="Times each run is repeated (default: %(default)s).")
+    parser.add_argument("--long_steps", type=int, default=90, help="Steps of the long run (default: %(default)s).")
+    parser.add_argument("--passes", type=int, default=3, help="Times each run is repeated (default: %(default)s).")
     parser.add_argument("--work_dir", default="/tmp/training-end-to-end", help="Output folders (default: %(default)s).")
     parser.add_argument("--only", help=argparse.SUPPRESS)  # STEPS: the original path, in this process.
     return parser.parse_args()
