@@ -14,6 +14,11 @@ Measured in one run, round after round, so that whatever else loads the machine 
   50 ms: VmHWM, each process's own high-water mark);
 - with --baseline_script, another version of the script (say the previous commit's) the same way, one process.
 
+With --cores N [N ...], only how it grows with cores, on the larger corpus: for each N, every process pinned to
+the first N cores of this one's CPU affinity (as taskset does) with RAYON_NUM_THREADS=N, `encode_batch_fast`
+alone (in a process of its own, the lines in memory) beside the script with its default --num_workers (one per
+core it may use), and their ratio.
+
 And where the time goes: each stage of the script timed alone, one after the other, in every round.
 
     python benchmarks/shard_preparation.py      # the slice of WikiText-2 train in tests/data: a quick check only
@@ -22,6 +27,9 @@ And where the time goes: each stage of the script timed alone, one after the oth
     # On a machine with many cores: enough text for every worker (WikiText-2 x 32, 330 MiB).
     python benchmarks/shard_preparation.py --train_file ../shared/data/wikitext-2-v1/train.txt --scale 32 \
         --num_workers 1 2 4 8 16
+    # How it grows with cores: the table of --cores alone, on the x32 corpus.
+    python benchmarks/shard_preparation.py --train_file ../shared/data/wikitext-2-v1/train.txt --scale 32 \
+        --cores 2 4 8 16
     # Against the version before this benchmark (TensorFlow, 🤗 Datasets, tf.train.Example per sample):
     mkdir -p /tmp/old && for f in prepare_tfrecord_shards.py utils.py; do git show ae96b08:$f > /tmp/old/$f; done
     python benchmarks/shard_preparation.py --train_file ../shared/data/wikitext-2-v1/train.txt \
@@ -60,7 +68,14 @@ def parse_args():
                         help="Worker counts to run the script with, each passed as its --num_workers (default: 1 "
                              "and the number of cores, %(default)s).")
     parser.add_argument("--baseline_script", help="Another version of prepare_tfrecord_shards.py to measure too.")
-    return parser.parse_args()
+    parser.add_argument("--cores", type=int, nargs="+",
+                        help="Measure only how the script grows with cores: pinned to each of these numbers of "
+                             "cores in turn (at most the cores this process may use).")
+    parser.add_argument("--encode_batch_fast_only", action="store_true", help=argparse.SUPPRESS)  # See pinned().
+    args = parser.parse_args()
+    if args.cores and max(args.cores) > shards.available_cores():
+        parser.error(f"--cores {max(args.cores)}: this process may use {shards.available_cores()} cores")
+    return args
 
 
 def raw_tokenizer_speed(tokenizer, batches, method):
@@ -72,8 +87,27 @@ def raw_tokenizer_speed(tokenizer, batches, method):
     return num_tokens / seconds, (time.process_time() - cpu_start) / seconds
 
 
-def run_script(script, corpus, tokenizer, output_dir, args, num_workers=None):
-    """Runs a version of prepare_tfrecord_shards.py in a fresh process, from start to exit.
+def pinned(cores):
+    """Keyword arguments of subprocess.Popen for a process (and the processes it starts) that runs on the first
+    `cores` cores of this process's CPU affinity only, with as many tokenizer threads; {} for no limit."""
+    if not cores:
+        return {}
+    cpus = sorted(os.sched_getaffinity(0))[:cores]
+    return {"preexec_fn": lambda: os.sched_setaffinity(0, cpus), "env": {**os.environ, "RAYON_NUM_THREADS": str(cores)}}
+
+
+def pinned_encode_batch_fast_speed(corpus, tokenizer, args, cores):
+    """raw_tokenizer_speed of encode_batch_fast on `cores` cores: in a fresh process, since 🤗 Tokenizers sizes its
+    thread pool once per process."""
+    command = [sys.executable, __file__, "--encode_batch_fast_only", "--train_file", corpus, "--tokenizer",
+               tokenizer, "--batch_size", str(args.batch_size)]
+    child = subprocess.run(command, capture_output=True, text=True, check=True, **pinned(cores))
+    return float(child.stdout.split()[-1])
+
+
+def run_script(script, corpus, tokenizer, output_dir, args, num_workers=None, cores=None):
+    """Runs a version of prepare_tfrecord_shards.py in a fresh process, from start to exit (on `cores` cores only,
+    if given: see pinned).
 
     Returns tokens per second (every token tokenized), average busy cores (the workers' included), and the peak
     resident memory in MiB of the main process and of the largest worker process (None without workers).
@@ -85,7 +119,7 @@ def run_script(script, corpus, tokenizer, output_dir, args, num_workers=None):
         command += ["--num_workers", str(num_workers)]
     with tempfile.TemporaryFile() as log:
         start = time.perf_counter()
-        process = subprocess.Popen(command, stdout=log, stderr=log)
+        process = subprocess.Popen(command, stdout=log, stderr=log, **pinned(cores))
         peaks = {}
         sampler = threading.Thread(target=sample_peak_memory, args=(process, peaks), daemon=True)
         sampler.start()
@@ -165,8 +199,34 @@ def time_stages(corpus, tokenizer_dir, args, output_file):
     return stages
 
 
+def measure_cores(args, tokenizer_dir, larger, scratch):
+    """The --cores table: encode_batch_fast alone and the script end to end, pinned to each number of cores."""
+    speeds = {}  # (cores, "raw" or "script") -> tokens/s, one per round.
+    peaks = {}  # cores -> peak resident MiB of the largest process, one per round.
+    for round_number in range(args.rounds):
+        for cores in args.cores:
+            speeds.setdefault((cores, "raw"), []).append(
+                pinned_encode_batch_fast_speed(larger, tokenizer_dir, args, cores))
+            speed, _, main_peak, worker_peak = run_script(str(REPO / "prepare_tfrecord_shards.py"), larger,
+                                                          tokenizer_dir, os.path.join(scratch, "out"), args,
+                                                          cores=cores)
+            speeds.setdefault((cores, "script"), []).append(speed)
+            peaks.setdefault(cores, []).append(max(main_peak, worker_peak or 0))
+        print(f"round {round_number + 1} of {args.rounds} done", file=sys.stderr)
+    print_table(["cores", "encode_batch_fast alone (tokens/s)", "prepare_tfrecord_shards.py (tokens/s)", "ratio",
+                 "peak RSS of a process (MiB)"],
+                [[cores, f"{median(speeds[cores, 'raw']):,.0f}", f"{median(speeds[cores, 'script']):,.0f}",
+                  f"{median([s / r for s, r in zip(speeds[cores, 'script'], speeds[cores, 'raw'])]):.2f}",
+                  f"{median(peaks[cores]):.0f}"] for cores in args.cores])
+
+
 def main():
     args = parse_args()
+    if args.encode_batch_fast_only:  # The child of pinned_encode_batch_fast_speed.
+        tokenizer, _ = shards.load_tokenizer(args.tokenizer)
+        batches = list(iter_text_file_batches([args.train_file], args.batch_size))
+        print(raw_tokenizer_speed(tokenizer, batches, "encode_batch_fast")[0])
+        return
     with tempfile.TemporaryDirectory(prefix="shard-benchmark-") as scratch:
         tokenizer_dir = args.tokenizer
         if not tokenizer_dir:
@@ -180,6 +240,14 @@ def main():
         with open(larger, "wb") as f:
             f.write(text * args.scale)
 
+        if args.cores:
+            load_before = load_average()
+            print(f"Machine: {describe_machine()}; corpus {args.train_file} x{args.scale} "
+                  f"({args.scale * len(text) / 2**20:.0f} MiB); tokenizer: {tokenizer_dir}; median of "
+                  f"{args.rounds} rounds\n")
+            measure_cores(args, tokenizer_dir, larger, scratch)
+            print(f"\nLoad average before and after: {load_before:.1f}, {load_average():.1f}")
+            return
         tokenizer, _ = shards.load_tokenizer(tokenizer_dir)
         batches = list(iter_text_file_batches([args.train_file], args.batch_size))
         scripts = {f"prepare_tfrecord_shards.py --num_workers {count}": (str(REPO / "prepare_tfrecord_shards.py"),
