@@ -3,10 +3,11 @@
 - the shard contract between prepare_tfrecord_shards.py and run_mlm.py;
 - Google Cloud Storage: checking a gs:// path before any long work, and copying from and to gs:// what 🤗
   libraries read or write on local disk only (tokenizers, configs, saved models);
-- reading a text corpus, streamed (train_unigram.py and prepare_tfrecord_shards.py);
+- reading a text corpus, streamed, from the Hub or from text, JSON-lines or Parquet files (train_unigram.py and
+  prepare_tfrecord_shards.py);
 - output folders, tokenizers and the Hub;
-- the hardware of the training scripts: their flags, the tf.distribute strategy, and TPU chips found in sysfs and
-  whether the installed TensorFlow can drive them (`python utils.py check-tpu` on a TPU VM).
+- the models and hardware of the training scripts: their hardware flags, the tf.distribute strategy, and TPU chips
+  found in sysfs and whether the installed TensorFlow can drive them (`python utils.py check-tpu` on a TPU VM).
 
 TensorFlow reads and writes gs:// paths itself (tf.io.gfile, TFRecord files, checkpoints); everything else here
 goes through the google-cloud-storage client, which is light to import. Both use Application Default Credentials.
