@@ -10,30 +10,20 @@ weights, trained with Keras `model.fit` under a tf.distribute strategy:
     MirroredStrategy               over several GPUs (or --num_cpu_replicas CPU devices)
     OneDeviceStrategy              on one GPU, or the CPU (--no_tpu, or no TPU)
 
-Everything that runs per batch obeys the rules of XLA, the compiler behind TPUs (and used here on GPUs too): no
-Python `if` on tensor values, no tensor whose shape depends on its values, and one input shape. Batches always
-hold the same number of samples of exactly max_length tokens, and the loss is a sum over masked positions
-divided by their count, never a boolean selection of them.
+Everything that runs per batch obeys the rules of XLA, the compiler behind TPUs (used here on GPUs too): no Python
+`if` on tensor values, no shape that depends on values, one input shape. So batches always hold the same number of
+samples of exactly max_length tokens, and the loss is a sum over masked positions divided by their count, never a
+boolean selection of them.
 
-The input pipeline is made of TensorFlow ops only, so it also runs on a TPU Node, whose host cannot run Python
-for it: list the shards, give each host its own subset, read several files at once, shuffle, batch, parse, and
-mask. Masking happens here, on the fly ("dynamic masking"), so each epoch sees new masks: --mlm_probability of
-the tokens that are not special tokens or padding are chosen; 80 % of those become <mask>, 10 % a random token,
-10 % stay as they are; the labels hold the original token there and -100 everywhere else. Evaluation batches are
-masked from a fixed seed, so evaluation figures compare across epochs and runs.
+The input pipeline is TensorFlow ops only, so that it also runs on a TPU Node, whose host cannot run Python for it.
+It masks on the fly ("dynamic masking"): each epoch sees new masks. Evaluation batches are masked from a fixed
+seed, so that evaluation figures compare across epochs and runs. Metrics count masked positions only: loss (mean
+cross-entropy per masked token), masked_accuracy and perplexity; they also go to TensorBoard, {output_dir}/logs.
 
-Reported metrics count masked positions only: loss (mean cross-entropy per masked token), masked_accuracy, and
-perplexity (exp of the loss). They also go to TensorBoard under {output_dir}/logs.
-
-Checkpoints go to {output_dir}/checkpoints every --checkpoint_every_steps; running the same command again after
-an interruption resumes from the last one (see TrainingRun: resuming, SIGTERM and NaN handling). At the end, the
-model and tokenizer are saved with save_pretrained to --output_dir, ready for
-`pipeline("fill-mask", model=output_dir, framework="tf")`.
-
-Every path (shards, tokenizer, config, --output_dir) may be in Google Cloud Storage, gs://bucket/folder, as a TPU
-Node and the hosts of a pod slice need: TensorFlow reads and writes there directly; the tokenizer, the config and
-the final folder are copied through local temporary folders. Each gs:// path is checked (credentials, bucket,
-permission) before anything else starts.
+Checkpoints go to {output_dir}/checkpoints every --checkpoint_every_steps; the same command run again resumes from
+the last one. At the end, the model and tokenizer are saved with save_pretrained to --output_dir, ready for
+`pipeline("fill-mask", model=output_dir, framework="tf")`. Every path may be gs://bucket/folder, as a TPU Node and
+the hosts of a pod slice need; each is checked (credentials, bucket, permission) before anything else starts.
 
 Example (a small model on a CPU):
     python run_mlm.py --train_dataset tfrecords/train --eval_dataset tfrecords/validation \\
@@ -87,9 +77,9 @@ def parse_args():
     data.add_argument("--mlm_probability", type=float, default=0.15,
                       help="Fraction of the non-special tokens to mask (default: %(default)s).")
     data.add_argument("--max_predictions_per_seq", type=int,
-                      help="Masked positions per sequence at most; the LM head computes vocabulary logits at these "
-                           "positions only, instead of at every position. 0 computes them everywhere. Default: "
-                           "mlm_probability x max_length plus a margin, e.g. 32 for 0.15 x 128.")
+                      help="Masked positions per sequence at most: the LM head computes vocabulary logits there only "
+                           "(0: at every position). Default: mlm_probability x max_length plus a margin, e.g. 32 "
+                           "for 0.15 x 128.")
 
     model = parser.add_argument_group("model")
     model.add_argument("--tokenizer", default="unigram-tokenizer",
@@ -103,19 +93,17 @@ def parse_args():
                        help="Comma-separated changes to the config, e.g. "
                             "hidden_size=256,num_hidden_layers=4,num_attention_heads=4,intermediate_size=1024.")
     model.add_argument("--output_bias", choices=["frequencies", "zeros"], default="frequencies",
-                       help="Initial bias of the LM head's output layer: `frequencies`, the log-frequency of each "
-                            "token in the training shards (their token_counts.json), so that the model starts "
-                            "where a table of token frequencies stands instead of spending its first steps "
-                            "learning it; `zeros`, as 🤗 Transformers initialises it (default: %(default)s).")
+                       help="Initial bias of the LM head's output layer: `frequencies`, each token's log-frequency "
+                            "in the training shards (their token_counts.json), so that the first steps need not "
+                            "learn it; `zeros`, as 🤗 Transformers initialises it (default: %(default)s).")
 
     training = parser.add_argument_group("training")
     training.add_argument("--per_replica_batch_size", type=int, default=8,
                           help="Samples per replica and step; the global batch is this times the number of "
                                "replicas times --gradient_accumulation_steps (default: %(default)s).")
     training.add_argument("--gradient_accumulation_steps", type=int, default=1,
-                          help="Split each replica's batch into this many micro-batches and add up their "
-                               "gradients before one optimizer step: a larger batch in the same memory "
-                               "(default: %(default)s).")
+                          help="Micro-batches per replica and step, their gradients added up before one optimizer "
+                               "step: a larger batch in the same memory (default: %(default)s).")
     training.add_argument("--learning_rate", type=float, default=1e-4, help="Peak learning rate (default: %(default)s).")
     training.add_argument("--weight_decay_rate", type=float, default=1e-3,
                           help="Decoupled weight decay (AdamW); LayerNorm weights and biases are never decayed "
@@ -228,13 +216,9 @@ def log_plan(args, strategy, plan, on_tpu, jit_compile, train_files, eval_files)
 
 
 def train(trainer, run, data, plan, callbacks):
-    """Trains from run.start_step to plan.total_steps, in rounds that each end with an evaluation.
-
-    A round is a Keras epoch of plan.eval_every steps. Rounds line up on multiples of plan.eval_every whatever step
-    the run starts from, so that a resumed run evaluates at the same steps as one never interrupted (see
-    fit_calls). Each fit call reads a dataset seeded by its first step: a resumed run does not replay the data or
-    the masks that the interrupted run began with.
-    """
+    """Trains from run.start_step to plan.total_steps in rounds (Keras epochs) of plan.eval_every steps, each ending
+    with an evaluation (see fit_calls). Each fit call's dataset is seeded by its first step, so that a resumed run
+    does not replay the data and masks that the interrupted run began with."""
     start_time = time.perf_counter()
     for first, round_steps, num_rounds in fit_calls(run.start_step, plan.total_steps, plan.eval_every):
         logger.info("Steps %d to %d of %d, in %d round(s) of %d steps, each ending with an evaluation", first + 1,
@@ -269,13 +253,10 @@ def warn_if_nothing_learned_from_context(results):
 
 
 def find_shards(path, max_length, tokenizer=None, tokenizer_name=None):
-    """The shard files of a folder or glob, with the number of samples in each, checked against max_length and,
-    when given, the `tokenizer` that the user named `tokenizer_name`.
-
-    Counts come from the folder's manifest.json (written by prepare_tfrecord_shards.py) or, for shards made by
-    the original Transformers example, from the file names (dataset-{index}-{num_samples}.tfrecord). Every check
-    here reads the manifest or the file list, and at most one record: cheap, before anything is built.
-    """
+    """The shard files of a folder or glob and their sample counts, checked against max_length and, when given,
+    the `tokenizer` (which the user named `tokenizer_name`). Counts come from manifest.json or, for shards of the
+    original Transformers example, from the file names. The checks read the manifest, the file list and at most
+    one record: cheap, before anything is built."""
     is_folder = tf.io.gfile.isdir(path)
     files = sorted(tf.io.gfile.glob(os.path.join(path, "*.tfrecord") if is_folder else path))
     folder = os.path.dirname(files[0]) if files else path if is_folder else None
@@ -319,13 +300,9 @@ def find_shards(path, max_length, tokenizer=None, tokenizer_name=None):
 
 
 def check_paths_for_pod(args, num_hosts):
-    """Refuses paths that the hosts of a TPU pod slice cannot all reach.
-
-    TensorFlow drives a pod slice from one process, on worker 0, but each host runs its own input pipeline and
-    saves its own part of each checkpoint: a local path means each host's own disk. So the shards must be in
-    Cloud Storage, unless the user copied them to the same local path on every host (--shards_on_every_host), and
-    --output_dir must be, always.
-    """
+    """Refuses paths that the hosts of a TPU pod slice cannot all reach. One process on worker 0 drives them all,
+    but each host runs its own input pipeline and saves its own part of each checkpoint: a local path means each
+    host's own disk."""
     if num_hosts == 1:
         return
     local_shards = [path for path in (args.train_dataset, args.eval_dataset) if path and not is_gcs_path(path)]
@@ -341,9 +318,8 @@ def check_paths_for_pod(args, num_hosts):
 
 
 def read_frequency_table(files, tokenizer):
-    """The log-probabilities of the training tokens' frequencies (see frequency_log_probs), from the token counts
-    that prepare_tfrecord_shards.py writes beside the shards; None for shards without them (older or foreign ones),
-    which leaves the frequency baseline out of the metrics."""
+    """frequency_log_probs of the token counts beside the training shards; None for older or foreign shards
+    without them, which leaves the frequency baseline out of the metrics."""
     path = os.path.join(os.path.dirname(files[0]), TOKEN_COUNTS_NAME)
     if not tf.io.gfile.exists(path):
         logger.warning("No %s beside the training shards: the metrics leave out the token-frequency baseline. "
@@ -354,8 +330,8 @@ def read_frequency_table(files, tokenizer):
 
 
 def refuse_interrupted_split(folder):
-    """Stops when `folder` (which has no manifest) holds what an interrupted prepare_tfrecord_shards.py leaves:
-    its INCOMPLETE marker, or a shard still under its temporary name. Shards there are only part of the split."""
+    """Stops when `folder`, which has no manifest, holds what an interrupted prepare_tfrecord_shards.py leaves: its
+    INCOMPLETE marker, or a shard still under its temporary name."""
     leftovers = [name for name in (INCOMPLETE_MARKER_NAME, "*.tfrecord.tmp")
                  if tf.io.gfile.glob(os.path.join(folder, name))]
     if leftovers:
@@ -366,8 +342,8 @@ def refuse_interrupted_split(folder):
 
 
 def refuse_shards_of_the_wrong_size(files, listed, manifest_path):
-    """Stops when a shard's size differs from the one the manifest records (one stat per shard): a truncated copy,
-    or a shard replaced by another. Older manifests record no sizes: their shards are checked when read."""
+    """Stops when a shard's size differs from the manifest's (a truncated copy, or another shard): one stat per
+    shard. Older manifests record no sizes: their shards are checked when read."""
     wrong = []
     for file in files:
         expected = listed[os.path.basename(file)].get("num_bytes")
@@ -382,8 +358,8 @@ def refuse_shards_of_the_wrong_size(files, listed, manifest_path):
 
 def refuse_another_vocabulary(path, manifest, tokenizer, tokenizer_name):
     """Stops when the shards were written with another vocabulary than `tokenizer`'s: their ids would mean other
-    tokens, or lie beyond the embedding table (on a TPU such ids are silently read as zeros; elsewhere the loss
-    becomes NaN). Older manifests have no fingerprint: the vocabulary size is compared then."""
+    tokens, or lie beyond the embedding table (read as zeros on a TPU, silently; a NaN loss elsewhere). Older
+    manifests have no fingerprint: only the vocabulary size is compared then."""
     if manifest.vocab_size == len(tokenizer) and manifest.vocabulary_fingerprint in (
             None, vocabulary_fingerprint(tokenizer.backend_tokenizer)):
         return
@@ -398,8 +374,8 @@ def refuse_another_vocabulary(path, manifest, tokenizer, tokenizer_name):
 
 
 def damaged_shards(files):
-    """The files among `files` that TensorFlow cannot read to the end, each with where and why (a bad checksum:
-    "corrupted record at BYTE"; a cut-off file: "truncated record at BYTE")."""
+    """The files among `files` that TensorFlow cannot read to the end, each with where and why ("corrupted record
+    at BYTE": a bad checksum; "truncated record at BYTE": a cut-off file)."""
     damaged = []
     for file in files:
         try:
@@ -412,8 +388,8 @@ def damaged_shards(files):
 
 @contextlib.contextmanager
 def damaged_shards_named(files):
-    """Turns TensorFlow's DataLossError, raised deep inside fit or evaluate without a file name, into an error that
-    names the damaged shards among `files`, found by reading them all again (on this error path only)."""
+    """Turns TensorFlow's DataLossError, raised inside fit or evaluate without a file name, into an error naming
+    the damaged shards among `files`, found by reading them all again (on this error path only)."""
     try:
         yield
     except tf.errors.DataLossError:
@@ -444,17 +420,14 @@ def default_max_predictions(mlm_probability, max_length):
 
 def mask_tokens(input_ids, seed, *, mask_token_id, special_token_ids, vocab_size, mlm_probability,
                 max_predictions=0):
-    """Masks a batch of token ids [batch, length] for masked language modelling; returns a dict of tensors.
+    """Masks a batch of token ids [batch, length]: a dict of "input_ids", "labels" (and "masked_positions").
 
-    Each token that is not a special token (padding included) is chosen with probability `mlm_probability`; of
-    the chosen, 80 % become `mask_token_id`, 10 % a random token and 10 % stay unchanged ("input_ids"). The
-    "labels" hold the original id at chosen positions and -100 elsewhere. With `max_predictions` K > 0, at most
-    K positions per sequence are chosen (those with the lowest random draws, in the rare sequence that drew
-    more), and "masked_positions" [batch, K] lists them, padded with unchosen positions (label -100) when fewer
-    were chosen: the model then needs vocabulary logits at those K positions only.
-
-    Stateless random ops make the result a pure function of `seed` (two integers), and every output has a
-    static shape: safe in tf.data and under XLA.
+    Each token that is not special (padding included) is chosen with probability `mlm_probability`; of those, 80 %
+    become `mask_token_id`, 10 % a random token, 10 % stay. "labels" hold the original id where chosen, -100
+    elsewhere. With `max_predictions` K > 0, at most K positions per sequence are chosen (the lowest draws, in the
+    rare sequence that drew more), and "masked_positions" [batch, K] lists them, padded with unchosen ones (label
+    -100): the LM head needs logits there only. Stateless random ops make the result a pure function of `seed`
+    (two integers), and every shape is static: safe in tf.data and under XLA.
     """
     mask_seed, replace_seed, random_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
     shape = tf.shape(input_ids)
@@ -478,13 +451,11 @@ def mask_tokens(input_ids, seed, *, mask_token_id, special_token_ids, vocab_size
 
 def make_dataset(files, input_context, *, batch_size, max_length, masking, seed, training,
                  shuffle_buffer_size=None, num_batches=None):
-    """One host's input pipeline: its shards, read in parallel, (shuffled,) batched, parsed and masked.
-
-    `batch_size` is per replica. Both datasets are endless: fit stops after the steps it is asked for. Training
-    data is shuffled (shard order, then samples in a buffer), with new masks on every pass. Evaluation data is
-    the first `num_batches` batches of the shards in a fixed order, each masked from (seed, batch index), over
-    and over: every evaluation sees the same batches with the same masks.
-    """
+    """One host's input pipeline, endless (fit stops after the steps it asks for): its shards, read in parallel,
+    (shuffled,) batched `batch_size` per replica, parsed and masked. Training data is shuffled (shard order, then
+    samples in a buffer), with new masks on every pass. Evaluation data is the first `num_batches` batches, each
+    masked from (seed, batch index), over and over: Keras keeps one iterator for every evaluation of a fit call,
+    and each must see the same batches with the same masks."""
     host, num_hosts = input_context.input_pipeline_id, input_context.num_input_pipelines
     if training:
         own = [os.path.basename(file) for file in files[host::num_hosts]]
@@ -510,8 +481,6 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
 
     batches = batches.enumerate().map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE)
     if not training:
-        # Keras keeps one iterator for every evaluation of a fit call: repeating the same num_batches batches
-        # (masked by their index in that sequence) makes each evaluation see exactly the same data and masks.
         batches = batches.repeat()
     return batches.prefetch(tf.data.AUTOTUNE)
 
@@ -532,7 +501,7 @@ class MaskedLMData:
                                 training=True, shuffle_buffer_size=self.args.shuffle_buffer_size)
 
     def evaluation(self):
-        """The same plan.eval_steps batches, with the same masks, at every evaluation; None without eval data."""
+        """The plan.eval_steps batches of every evaluation (see make_dataset); None without eval data."""
         if not self.eval_files:
             return None
         return self._distribute(self.eval_files, self.args.seed, self.args.per_replica_batch_size, training=False,
@@ -561,10 +530,8 @@ def load_config(args, tokenizer):
             config.update_from_string(args.config_overrides)
         except ValueError as err:
             raise SystemExit(f"error: bad --config_overrides {args.config_overrides!r}: {err}") from err
-    config.vocab_size = len(tokenizer)
-    config.pad_token_id = tokenizer.pad_token_id
-    config.bos_token_id = tokenizer.bos_token_id
-    config.eos_token_id = tokenizer.eos_token_id
+    config.update(dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id))
     offset = config.pad_token_id + 1 if config.model_type in MODELS_WITH_POSITION_OFFSET else 0
     if args.max_length + offset > config.max_position_embeddings:
         raise SystemExit(
@@ -575,10 +542,9 @@ def load_config(args, tokenizer):
 
 
 def start_from_token_frequencies(mlm, log_probs):
-    """Sets the output bias of the LM head to the tokens' log-frequencies. With the small random weights of a new
-    model, its first predictions are then the frequency table's, the best a model can do without the context, and
-    every gradient step goes to learning from the context. Special tokens, never a label (-inf in the table), get
-    the lowest finite value: a finite bias keeps the logits finite, in bfloat16 too."""
+    """Sets the LM head's output bias to the tokens' log-frequencies: a new model, its weights small and random,
+    then starts out predicting as the frequency table does, the best possible without the context. Special tokens
+    (-inf: never a label) get the lowest finite value instead, to keep the logits finite, in bfloat16 too."""
     finite = np.isfinite(log_probs)
     mlm.get_lm_head().get_bias()["bias"].assign(np.where(finite, log_probs, log_probs[finite].min()))
 
@@ -603,30 +569,23 @@ def frequency_log_probs(token_counts, special_token_ids):
 class MaskedLMTrainer(keras.Model):
     """Trains a 🤗 TF…ForMaskedLM with model.fit, with loss and metrics over masked positions only.
 
-    The loss of a step is the sum of the cross-entropy at every masked position of the global batch, divided by
-    the number of masked positions in the global batch (an all-reduce across replicas), so replicas that draw
-    more masks weigh more, exactly as if one device had run the whole batch.
+    A step's loss is the cross-entropy summed over the masked positions of the global batch, divided by their
+    number (an all-reduce across replicas): a replica that drew more masks weighs more, exactly as if one device
+    had run the whole batch.
 
-    Metrics. `loss`, `perplexity` and `masked_accuracy` cover every position chosen for prediction, as the loss
-    does. But a tenth of those keep their token and a tenth get a random one, so a model that copies its input
-    scores there for free. `loss_at_mask` and `accuracy_at_mask` cover only the positions whose input became
-    <mask>, where the model must guess. With `frequency_log_probs` (see frequency_log_probs), the same positions
-    are scored for the best constant predictor, a table of token frequencies (`frequency_loss_at_mask`,
-    `frequency_accuracy_at_mask`), and `nats_beyond_frequency` is how much lower the model's cross-entropy is
-    than the table's: 0 for a model that learned token frequencies and nothing else.
+    `loss`, `perplexity` and `masked_accuracy` cover every position chosen for prediction. But a tenth of those
+    keep their token and a tenth get a random one, where a model that copies its input scores for free: the
+    `..._at_mask` metrics cover only the positions whose input became <mask>. With `frequency_log_probs`, those
+    are also scored for a table of token frequencies, the best constant predictor (`frequency_..._at_mask`), and
+    `nats_beyond_frequency` is how much lower the model's cross-entropy is there: 0 for a model that learned
+    token frequencies and nothing else.
 
-    Gradient accumulation splits each replica's batch into micro-batches inside the step and adds up their
-    gradients: no branch on tensor values, and one optimizer step per training step, so the step counter, the
-    schedule and the checkpoints all count optimizer steps. The micro-batches are a Python loop, unrolled into the
-    graph, not a graph loop: without XLA, TensorFlow's graph optimizer rewrites large gradient sums into
-    accumulators whose temporary variables clash between the iterations of a loop nested in Keras'
-    steps_per_execution loop (AlreadyExistsError, seen here with a 5.8M-parameter model). The graph grows with
-    the number of micro-batches, and so does compilation time.
+    Gradient accumulation runs the micro-batches inside the step rather than across steps: no branch on tensor
+    values, and the step counter, the schedule and the checkpoints all count optimizer steps.
 
-    With `jit_compile`, the forward and backward passes are compiled with XLA on each replica, while the
-    optimizer update stays outside: Keras cannot XLA-compile an update of variables mirrored on several devices
-    (keras-team/tf-keras#385), and this way XLA speeds up multi-GPU training too. On TPUs everything is compiled
-    by XLA anyway, so `jit_compile` stays off there.
+    With `jit_compile`, each replica's forward and backward passes are XLA-compiled, but not the optimizer update:
+    Keras cannot XLA-compile an update of variables mirrored on several devices (keras-team/tf-keras#385), and
+    this way XLA speeds up multi-GPU training too. TPUs compile everything with XLA anyway: it stays off there.
     """
 
     def __init__(self, mlm, mask_token_id, gradient_accumulation_steps=1, jit_compile=False,
@@ -654,9 +613,8 @@ class MaskedLMTrainer(keras.Model):
         return self.mlm(**inputs, training=training).logits
 
     def _masked_lm_sums(self, batch, training=False):
-        """Sums over the masked positions of a batch, by name: cross-entropy, correct predictions and count, over
-        every position chosen for prediction and over those whose input is <mask>; and at the latter, the
-        frequency table's cross-entropy and correct predictions."""
+        """Sums by name of the cross-entropy, correct predictions and count at the positions chosen for prediction,
+        and at those whose input is <mask>; at the latter, the frequency table's too."""
         if "masked_positions" in batch:
             # The LM head only where there can be labels: encode every position, project K of them onto the
             # vocabulary. At length 128 that skips about three quarters of the head's work.
@@ -695,7 +653,11 @@ class MaskedLMTrainer(keras.Model):
         steps = self.gradient_accumulation_steps
         micro_batches = {name: tf.reshape(value, [steps, -1, value.shape[-1]]) for name, value in batch.items()}
         gradient_sums, stat_sums = None, None
-        for i in range(steps):  # Unrolled: see the class docstring.
+        # A Python loop, unrolled into the graph, not a graph loop: without XLA, TensorFlow's graph optimizer
+        # rewrites large gradient sums into accumulators whose temporary variables clash between the iterations of
+        # a loop nested in Keras' steps_per_execution loop (AlreadyExistsError, seen with a 5.8M-parameter model).
+        # The graph, and compilation time, grow with the number of micro-batches.
+        for i in range(steps):
             micro_batch = {name: value[i] for name, value in micro_batches.items()}
             with tf.GradientTape() as tape:
                 stats = self._masked_lm_sums(micro_batch, training=True)
@@ -801,12 +763,10 @@ def plan_training(args, strategy, train_sizes, eval_sizes):
 
 
 def fit_calls(start_step, total_steps, round_steps):
-    """Splits training into model.fit calls, each (first step, steps per round, number of rounds).
-
-    Rounds line up on multiples of `round_steps`. All whole rounds run in one fit call, over one dataset; a round
-    begun before an interruption, and a shorter last round, get a call of their own. So every run ends exactly at
-    `total_steps`, evaluating at the same steps as a run never interrupted.
-    """
+    """Splits training into model.fit calls, each (first step, steps per round, number of rounds). Rounds line up
+    on multiples of `round_steps`: the whole rounds share one call, over one dataset; a round begun before an
+    interruption, and a shorter last one, get a call each. So every run ends exactly at `total_steps`, evaluating
+    at the same steps as a run never interrupted."""
     calls = []
     head = min(-start_step % round_steps, total_steps - start_step)
     if head:
@@ -832,25 +792,24 @@ RUN_STATE = ("checkpoints", "logs", "training_results.json")
 class TrainingRun(keras.callbacks.Callback):
     """Where this run starts, when it stops, and what it saves.
 
-    Start: running the same command again is how an interrupted run resumes, from the last checkpoint in
-    {output_dir}/checkpoints (weights, optimizer state and step, hence the learning-rate schedule). A finished run
-    (its model saved) has nothing left to do, unless a larger --max_steps or --num_epochs asks for more steps.
+    Start: the same command run again resumes from the last checkpoint in {output_dir}/checkpoints (weights,
+    optimizer state and step, hence the learning-rate schedule). A finished run has nothing left to do, unless a
+    larger --max_steps or --num_epochs asks for more steps.
 
-    Stop: a checkpoint is saved every --checkpoint_every_steps steps and at the last step. SIGTERM (what a
-    preempted VM or a job scheduler sends) and SIGINT (Ctrl-C) are acted on at the end of the current step: a
-    checkpoint is saved there, and the script exits with the shell's code for that signal (143 for SIGTERM). The
-    hosts of a multi-worker job agree on that step, whichever host was signalled, since a host that left alone
-    would leave the others waiting in a collective operation. A NaN or infinite loss stops training without a
-    checkpoint, so that the last one saved before stays the one to resume from.
+    Stop: a checkpoint is saved every --checkpoint_every_steps steps and at the last step. SIGTERM (a preempted VM,
+    a job scheduler) and SIGINT (Ctrl-C) take effect at the end of the current step: a checkpoint is saved there,
+    then the script exits with the shell's code for the signal (143 for SIGTERM). The hosts of a multi-worker job
+    agree on that step, whichever was signalled: a host that left alone would leave the others waiting in a
+    collective operation. A NaN or infinite loss stops training without a checkpoint, so that the last one saved
+    stays the one to resume from.
 
-    Saved: only the chief writes into --output_dir (checkpoints, TensorBoard logs, training_results.json); the
-    other hosts take part in saving each checkpoint (a collective operation) but write into a scratch folder.
-    training_results.json holds the metrics so far, and `saved_model_step` once the model is saved.
+    Saved: only the chief writes into --output_dir; the other hosts take part in saving each checkpoint (a
+    collective operation) but into a scratch folder. training_results.json holds the metrics so far, and
+    `saved_model_step` once the model is saved.
 
-    Keras' BackupAndRestore and tf.distribute's PreemptionCheckpointHandler do parts of this, but not as this
-    pipeline needs: BackupAndRestore refuses OneDeviceStrategy, keeps a single checkpoint, numbered by save rather
-    than step, and not the last step's; PreemptionCheckpointHandler does nothing on Google Cloud TPU and CPU VMs,
-    and on GPU VMs there waits for a maintenance event rather than SIGTERM.
+    Keras' BackupAndRestore refuses OneDeviceStrategy and keeps a single checkpoint, numbered by save rather than
+    step, and not the last step's; tf.distribute's PreemptionCheckpointHandler does nothing on Google Cloud TPU
+    and CPU VMs, and on GPU VMs waits for a maintenance event rather than SIGTERM.
     """
 
     def __init__(self, args, strategy):

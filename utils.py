@@ -1,24 +1,16 @@
-"""What the three scripts share, and nothing else.
+"""What the scripts share, and nothing else:
 
-- Reading a text corpus (train_unigram.py and prepare_tfrecord_shards.py): from the Hugging Face Hub, from local
-  or gs:// text files, or from local JSON-lines / Parquet files, streamed so that a corpus larger than memory is
-  never loaded whole.
-- The shard file name (prepare_tfrecord_shards.py writes it, run_mlm.py reads sample counts back from it), the
-  marker of a split folder still being written, and the fingerprint of a tokenizer's vocabulary that the manifest
-  records and run_mlm.py checks.
-- Loading a tokenizer with AutoTokenizer, with a clear error for a folder that does not exist.
-- Which models number positions from an offset (run_mlm.py and run_classification.py check --max_length against
-  them).
-- Guarding an output folder against being overwritten by accident.
-- Google Cloud Storage: checking a gs:// path before any long work, and copying the folders that 🤗 libraries
-  read or write on local disk only (tokenizers, configs, saved models) from and to gs://.
-- Pushing a finished folder to the Hub (train_unigram.py and run_mlm.py).
-- The hardware (run_mlm.py and run_classification.py): the hardware flags, the tf.distribute strategy, TPU chips
-  found in sysfs, and whether the installed TensorFlow can drive them (`python utils.py check-tpu` on a TPU VM).
+- the shard contract between prepare_tfrecord_shards.py and run_mlm.py;
+- Google Cloud Storage: checking a gs:// path before any long work, and copying from and to gs:// what 🤗
+  libraries read or write on local disk only (tokenizers, configs, saved models);
+- reading a text corpus, streamed, from the Hub or from text, JSON-lines or Parquet files (train_unigram.py and
+  prepare_tfrecord_shards.py);
+- output folders, tokenizers and the Hub;
+- the models and hardware of the training scripts: their hardware flags, the tf.distribute strategy, and TPU chips
+  found in sysfs and whether the installed TensorFlow can drive them (`python utils.py check-tpu` on a TPU VM).
 
 TensorFlow reads and writes gs:// paths itself (tf.io.gfile, TFRecord files, checkpoints); everything else here
-goes through the google-cloud-storage client, which is light to import. Both find credentials the same way:
-Application Default Credentials.
+goes through the google-cloud-storage client, which is light to import. Both use Application Default Credentials.
 """
 
 import atexit
@@ -107,12 +99,9 @@ class Manifest:
 
 
 def vocabulary_fingerprint(tokenizer):
-    """A hash of a 🤗 Tokenizers tokenizer's vocabulary (every token with its id, added tokens included).
-
-    prepare_tfrecord_shards.py stores it in each manifest, and run_mlm.py compares it with its own tokenizer's:
-    shards and model must agree on what every id means. A Tokenizer loaded from tokenizer.json and the
-    backend_tokenizer of the same folder's AutoTokenizer give the same value.
-    """
+    """A hash of a 🤗 Tokenizers tokenizer's vocabulary, every token with its id (added tokens included): shards
+    and model must agree on what every id means. A Tokenizer loaded from tokenizer.json and the backend_tokenizer
+    of the same folder's AutoTokenizer give the same value."""
     pairs = sorted(tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda pair: pair[1])
     return hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()
 
@@ -122,7 +111,6 @@ def vocabulary_fingerprint(tokenizer):
 
 
 def is_gcs_path(path):
-    """True for a Google Cloud Storage path (gs://bucket/...), false for anything else, local paths included."""
     return str(path).startswith("gs://")
 
 
@@ -145,9 +133,7 @@ CREDENTIALS_ADVICE = (
 
 @functools.cache
 def gcs_client():
-    """A google-cloud-storage client with Application Default Credentials: on a TPU VM (or any Google Cloud VM)
-    those of the VM's service account; elsewhere those of `gcloud auth application-default login`, or the key
-    file named by GOOGLE_APPLICATION_CREDENTIALS."""
+    """A google-cloud-storage client with Application Default Credentials (see CREDENTIALS_ADVICE)."""
     from google.cloud import storage
 
     return storage.Client()
@@ -157,10 +143,9 @@ def check_gcs_path(path, *, write=False):
     """Fails at once, saying what to do, when the gs:// `path` cannot be read (or, with `write`, written): no
     credentials, no such bucket, no permission. Local paths pass unchecked.
 
-    Called before any long work, so that hours of tokenizing or training never end in a failed first write (and
-    because TensorFlow's makedirs never returns for a missing bucket). Reading needs permission to list and get
-    objects; writing also to create and delete them (a shard is published by renaming it, a copy then a delete),
-    which a probe object, created and deleted at once, checks.
+    Called before any long work, so that hours of work never end in a failed first write (and because
+    TensorFlow's makedirs never returns for a missing bucket). Writing needs permission to create and delete
+    objects too (a shard is published by renaming it: a copy, then a delete), checked with a probe object.
     """
     if not is_gcs_path(path):
         return
@@ -199,8 +184,7 @@ def check_gcs_path(path, *, write=False):
 
 def local_copy(path):
     """A path that 🤗 libraries can read: `path` itself when it is local (or a Hub id); for a gs:// file or folder,
-    a copy of it in a new local temporary folder (deleted when the script exits). For what those libraries read
-    from local disk only: a tokenizer folder, a model config."""
+    a copy in a new local temporary folder, deleted when the script exits."""
     if not is_gcs_path(path):
         return path
     bucket_name, name = split_gcs_path(path)
@@ -223,7 +207,7 @@ def local_copy(path):
 
 def upload_to_gcs(local_dir, path):
     """Copies the files of a local folder (sub-folders included) to the gs:// folder `path`, replacing any that
-    are there. For what 🤗 libraries write to local disk only: save_pretrained's folders."""
+    are there."""
     bucket_name, name = split_gcs_path(path)
     bucket = gcs_client().bucket(bucket_name)
     for root, _, files in os.walk(local_dir):
@@ -251,12 +235,11 @@ def open_binary(path, chunk_size=None):
 
 def open_text(path, start=0, end=None):
     """Opens a local or gs:// text file for reading, lines split at "\\n", "\\r\\n" or "\\r" (Python's universal
-    newlines). gs:// files are streamed by google-cloud-storage, whose reader gives the same lines as a local file:
-    TensorFlow's GFile splits at "\\n" only.
+    newlines); gs:// files are streamed by google-cloud-storage, since TensorFlow's GFile splits at "\\n" only.
 
-    With `start` or `end` (None: the end of the file), only the lines that begin at a byte position from `start` up
-    to, not including, `end`, and the whole of each: consecutive byte ranges of a file, wherever they are cut, give
-    its lines one range after the other, each line once (prepare_tfrecord_shards.py cuts files into parts so).
+    With `start` or `end` (None: the end of the file), only the whole lines that begin at a byte position in
+    [start, end): consecutive byte ranges, wherever cut, give each line of the file once (prepare_tfrecord_shards.py
+    cuts files into parts so).
     """
     if not start and end is None:
         return io.TextIOWrapper(open_binary(path), encoding="utf-8")
@@ -298,12 +281,9 @@ class ByteRange(io.RawIOBase):
 
 def load_text_splits(*, data_files=None, dataset_name=None, dataset_config=None, splits=None,
                      trust_remote_code=False):
-    """Opens each split of a corpus as a streamed 🤗 `IterableDataset`, keyed by split name.
-
-    Either `data_files` ({split: [paths]}, local text, JSON-lines or Parquet files) or `dataset_name` (a Hub
-    dataset, with `splits` a list of split names, or None for every split it has). Streaming reads the data as it
-    is consumed: memory stays flat whatever the corpus size, and local files are not copied into a cache first.
-    Bad input raises SystemExit with a message that says what to do.
+    """{split: a streamed 🤗 `IterableDataset`} of `data_files` ({split: [paths]}: local text, JSON-lines or
+    Parquet files) or of the Hub dataset `dataset_name` (`splits`: the names of those to open, None for all).
+    Streaming keeps memory flat whatever the corpus size, and copies no local file into a cache first.
     """
     import datasets  # Imported here: run_mlm.py never needs it.
 
@@ -344,12 +324,9 @@ def add_corpus_arguments(group):
 
 
 def text_batches(*, text_column, batch_size, limit=None, data_files=None, **hub_dataset):
-    """The texts of each split of a corpus in lists of up to `batch_size`, empty and whitespace-only texts left
-    out: {split: iterator of lists of texts}. `limit` caps the records read from each split.
-
-    Text files (`data_files`, local or gs://) are read directly: faster than through 🤗 Datasets, and without
-    importing it. Anything else, JSON-lines or Parquet files or a Hub dataset (`hub_dataset`: the other arguments
-    of load_text_splits), is streamed through 🤗 Datasets.
+    """{split: iterator of lists of up to `batch_size` texts}, empty and whitespace-only texts left out; `limit`
+    caps the records read from each split. Text files (`data_files`, local or gs://) are read directly, faster
+    than through 🤗 Datasets; anything else (`hub_dataset`: the other arguments of load_text_splits) through it.
     """
     if data_files and data_files_format(data_files) == "text":
         if text_column != "text":  # As 🤗 Datasets' "text" builder, which names its only column "text".
@@ -361,11 +338,8 @@ def text_batches(*, text_column, batch_size, limit=None, data_files=None, **hub_
 
 
 def data_files_format(data_files):
-    """The 🤗 Datasets builder ("text", "json" or "parquet") that reads every file of `data_files` ({split: [paths]}).
-
-    Raises SystemExit, with a message that says what to do, for a missing file, an unknown extension or a mix of
-    formats.
-    """
+    """The 🤗 Datasets builder ("text", "json" or "parquet") that reads every file of `data_files` ({split: [paths]});
+    SystemExit for a missing file, an unknown extension or a mix of formats."""
     builders = set()
     for split, paths in data_files.items():
         for path in paths:
@@ -409,10 +383,8 @@ def _check_hub_reachable(dataset_name):
 
 
 def iter_text_batches(dataset, text_column, batch_size, limit=None):
-    """Yields lists of up to `batch_size` texts from `dataset`, leaving out empty and whitespace-only texts.
-
-    `limit` caps the number of records read (before empty ones are left out), for quick runs on a slice.
-    """
+    """Yields lists of up to `batch_size` texts from `dataset`, leaving out empty and whitespace-only texts;
+    `limit` caps the records read (before empty ones are left out)."""
     if text_column not in (dataset.column_names or [text_column]):
         raise SystemExit(f"error: the data has no column {text_column!r}; its columns are "
                          f"{dataset.column_names}. Choose one with --text_column.")
@@ -425,13 +397,8 @@ def iter_text_batches(dataset, text_column, batch_size, limit=None):
 
 
 def iter_text_file_batches(files, batch_size, limit=None):
-    """Yields lists of up to `batch_size` lines of local or gs:// text files, leaving out empty and whitespace-only
-    lines.
-
-    The same texts as 🤗 Datasets' "text" builder gives (lines without their line break), read at disk speed and
-    without importing 🤗 Datasets. Each item of `files` is a path, or a (path, start, end) byte range of a file, as
-    open_text takes it. `limit` caps the lines read, as in iter_text_batches.
-    """
+    """iter_text_batches for text files: the same texts as 🤗 Datasets' "text" builder gives, read at disk speed.
+    Each item of `files` is a local or gs:// path, or a (path, start, end) byte range as open_text takes it."""
     return batches_of_texts(itertools.islice(iter_text_file_lines(files), limit), batch_size)
 
 
@@ -464,11 +431,8 @@ def batches_of_texts(texts, batch_size):
 
 def not_utf8_error(path):
     """The message for a text file that is not valid UTF-8: where its first invalid byte is, and how to convert it.
-
-    The text reader decodes in blocks, so its error does not say where in the file the bad byte is: the file is
-    read again here, in binary, line by line (a UTF-8 character never holds the byte of "\\n", so each line
-    decodes on its own).
-    """
+    The text reader's error does not say where, so the file is read again in binary, line by line (no UTF-8
+    character holds the byte of "\\n": each line decodes on its own)."""
     offset = 0
     with open_binary(path) as f:
         for line_number, line in enumerate(f, start=1):
@@ -538,10 +502,7 @@ def load_auto_tokenizer(local_path, name_or_path, flag):
 
 def push_folder_to_hub(folder, repo_id, commit_message, ignore_patterns=None):
     """Uploads a saved folder (but files matching `ignore_patterns`) to the Hub repository `repo_id`, created if needed.
-
-    The folder is saved locally before this is called, so a failed push loses nothing: the error says how to
-    retry the upload by hand.
-    """
+    The folder is saved before, so a failed push loses nothing: the error says how to retry by hand."""
     from huggingface_hub import create_repo, upload_folder
 
     try:
@@ -559,11 +520,8 @@ def push_folder_to_hub(folder, repo_id, commit_message, ignore_patterns=None):
 def save_final_folder(output_dir, write, description, hub_model_id=None, commit_message=None,
                       ignore_patterns=None):
     """Has `write(folder)` write the final files into a local folder, then puts them in `output_dir` and, with
-    `hub_model_id`, on the Hub (but files matching `ignore_patterns`).
-
-    save_pretrained and the Hub client work on local folders only: for a gs:// `output_dir`, `folder` is a local
-    temporary one, uploaded, then deleted once pushed.
-    """
+    `hub_model_id`, on the Hub (but files matching `ignore_patterns`). save_pretrained and the Hub client work on
+    local folders only: for a gs:// `output_dir`, `folder` is a temporary one, deleted once uploaded and pushed."""
     local_dir = tempfile.mkdtemp() if is_gcs_path(output_dir) else output_dir
     write(local_dir)
     if local_dir != output_dir:
@@ -632,12 +590,10 @@ def add_hardware_arguments(parser):
 
 
 def local_tpu_chips(root="/"):
-    """The TPU chips attached to this machine, by generation, e.g. {"v4": 4}; {} on a machine without any.
-
-    Read from the PCI devices in sysfs, as JAX, PyTorch/XLA and Google's tpu-info detect them: this works before
-    (and without) any TPU software. Device files /dev/accel* (v2 to v4) count too, as chips of unknown
-    generation, should sysfs not show them. `root` lets tests point at a fake tree.
-    """
+    """The TPU chips attached to this machine, by generation, e.g. {"v4": 4}; {} on a machine without any. Read
+    from the PCI devices in sysfs, as JAX, PyTorch/XLA and tpu-info do: this works before (and without) any TPU
+    software. Should sysfs not show them, /dev/accel* files (v2 to v4) count as chips of unknown generation.
+    `root` lets tests point at a fake tree."""
     chips = {}
     for device in glob.glob(os.path.join(root, "sys/bus/pci/devices/*")):
         ids = {}
@@ -690,17 +646,15 @@ TensorFlowBuild = collections.namedtuple("TensorFlowBuild", "distribution versio
 
 
 def tensorflow_build(path=None):
-    """What the installed TensorFlow is, as a TensorFlowBuild; None when there is none.
+    """What the installed TensorFlow is, as a TensorFlowBuild; None when there is none. `path` lets tests use a
+    fake site-packages folder.
 
-    - `tpu_support`: whether its libraries can load the TPU runtime: true for `tensorflow-tpu` and for the
-      TPU-enabled TensorFlow of Google's tpu-vm-tf-* images, false for the `tensorflow` wheels of PyPI.
-    - `distribution`, `version`: the distribution whose files fill the `tensorflow` package folder. The CPU/GPU
-      build (`tensorflow`) and the TPU build (`tensorflow-tpu`) write the same folder, and pip lets both be
-      installed at once (tf-keras, for one, depends on `tensorflow`): the one installed last silently owns the
-      files. pip's RECORD gives the size of every file it wrote, so the owner is the distribution whose shared
-      libraries have, on disk, the sizes its RECORD gives.
+    - `tpu_support`: whether its libraries can load the TPU runtime: true for `tensorflow-tpu` and the TensorFlow
+      of Google's tpu-vm-tf-* images, false for the `tensorflow` wheels of PyPI.
+    - `distribution`, `version`: the distribution that owns the `tensorflow` package folder. The CPU/GPU and TPU
+      builds write the same folder, and pip lets both be installed (tf-keras, for one, depends on `tensorflow`):
+      the one installed last silently owns the files: its shared libraries have, on disk, the sizes its RECORD gives.
     - `installed`: every distribution that pip lists as providing the `tensorflow` package.
-    `path` lets tests use a fake site-packages folder.
     """
     from importlib import metadata
 
@@ -744,9 +698,8 @@ def describe_build(build):
 
 
 def explain_unusable_tpu(chips, error, build, holders):
-    """Why TensorFlow could not use this machine's TPU `chips`, as an error message that says what to do, from
-    the TensorFlow `build` installed (see tensorflow_build) and the other processes that hold the TPU (see
-    tpu_holders)."""
+    """Why TensorFlow could not use this machine's TPU `chips`, and what to do, as an error message: from the
+    `build` (see tensorflow_build) and the processes that hold the TPU (see tpu_holders)."""
     if (problem := describe_build(build)) is not None:
         cause = f"{problem} {INSTALL_TPU_ADVICE}"
     elif holders:
@@ -772,14 +725,8 @@ def split_cpu(num_replicas):
 def choose_strategy(args, root="/"):
     """The tf.distribute strategy for this machine, and whether it is a TPU one. Call it before any TensorFlow op:
     the CPU is split into --num_cpu_replicas devices first, and MultiWorkerMirroredStrategy sets up its collective
-    ops at start-up.
-
-    TPUStrategy on a TPU VM's own chips (--tpu_name local, the default when sysfs shows chips) or on a named TPU
-    Node or pod slice; MultiWorkerMirroredStrategy when TF_CONFIG describes a cluster; otherwise MirroredStrategy
-    over several GPUs (or CPU replicas), OneDeviceStrategy on one GPU or the CPU. A machine with TPU chips never
-    falls back to its CPU silently: if TensorFlow cannot use them, the script stops and says why. `root` lets
-    tests point at a fake sysfs.
-    """
+    ops at start-up. A machine with TPU chips never falls back to its CPU silently: if TensorFlow cannot use them,
+    the script stops and says why. `root` lets tests point at a fake sysfs."""
     import tensorflow as tf
 
     split_cpu(args.num_cpu_replicas)
@@ -814,11 +761,9 @@ def choose_strategy(args, root="/"):
 
 
 def set_up_training(args, input_paths):
-    """What both training scripts do first, in this order; returns (strategy, on_tpu, jit_compile).
-
-    Every gs:// path is checked first: a missing bucket or permission must not wait for a TPU to start. Then the
-    strategy, before any TensorFlow op; then the seeds and the precision, before any model is built.
-    """
+    """What both training scripts do first, in this order; returns (strategy, on_tpu, jit_compile). The gs://
+    paths first: a missing bucket or permission must not wait for a TPU to start. Then the strategy, before any
+    TensorFlow op; then the seeds and the precision, before any model is built."""
     import tf_keras as keras
 
     for path in input_paths:
