@@ -949,10 +949,9 @@ class TrainingRun(keras.callbacks.Callback):
         self.save_results()
 
     def on_epoch_end(self, epoch, logs=None):
-        """The metrics of a round, at its last step: Keras gives those of the evaluation with a "val_" prefix."""
+        """The metrics of a round, at its last step."""
         self.results["step"] = int(self.model.optimizer.iterations.numpy())
-        self.results["final_train"] = {name: value for name, value in logs.items() if not name.startswith("val_")}
-        evaluation = {name[len("val_"):]: value for name, value in logs.items() if name.startswith("val_")}
+        self.results["final_train"], evaluation = train_and_eval_metrics(logs)
         if evaluation:
             self.results["final_eval"] = evaluation
         logger.info("Step %d: %s", self.results["step"], format_metrics(logs))
@@ -986,8 +985,9 @@ class TensorBoardLogger(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
-        self.write("train", {k: v for k, v in logs.items() if not k.startswith("val_")}, step)
-        self.write("eval", {k[len("val_"):]: v for k, v in logs.items() if k.startswith("val_")}, step)
+        train, evaluation = train_and_eval_metrics(logs)
+        self.write("train", train, step)
+        self.write("eval", evaluation, step)
 
 
 def write_model_card(folder, args, results):
@@ -1042,6 +1042,14 @@ def weights_fingerprint(model):
     for weight in model.weights:
         digest.update(weight.numpy().tobytes())
     return digest.hexdigest()[:16]
+
+
+def train_and_eval_metrics(logs):
+    """Keras' logs at the end of a round, split: the training metrics, and the evaluation's, which Keras names with
+    a "val_" prefix (removed here)."""
+    train = {name: value for name, value in logs.items() if not name.startswith("val_")}
+    evaluation = {name[len("val_"):]: value for name, value in logs.items() if name.startswith("val_")}
+    return train, evaluation
 
 
 def format_metrics(metrics):
