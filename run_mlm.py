@@ -53,8 +53,8 @@ from transformers import AutoConfig, TFAutoModelForMaskedLM, create_optimizer
 
 from utils import (ATTENTION_MASK, INCOMPLETE_MARKER_NAME, INPUT_IDS, MANIFEST_NAME, MODELS_WITH_POSITION_OFFSET,
                    SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME, Manifest, add_hardware_arguments, count_hosts,
-                   host_addresses, is_gcs_path, load_auto_tokenizer, local_copy, save_final_folder, set_up_training,
-                   strategy_name, vocabulary_fingerprint)
+                   host_addresses, is_gcs_path, load_auto_tokenizer, local_copy, model_card_usage, save_final_folder,
+                   save_pytorch_copy, set_up_training, strategy_name, vocabulary_fingerprint)
 
 logger = logging.getLogger("run_mlm")
 def parse_args():
@@ -169,6 +169,7 @@ def main(args):
     if run.is_complete(plan.total_steps):
         return
     run.prepare_output_dir()
+    run.save_config(config, tokenizer)
     with strategy.scope():
         trainer, learning_rate = build_trainer(args, config, tokenizer, plan, jit_compile, train_files)
         run.restore(trainer.mlm, trainer.optimizer)
@@ -889,6 +890,14 @@ class TrainingRun(keras.callbacks.Callback):
             with tf.io.gfile.GFile(self.results_path) as f:
                 self.results = json.load(f)
 
+    def save_config(self, config, tokenizer):
+        """The config and tokenizer, beside the checkpoints (in {output_dir}/checkpoints/config): with them,
+        export_model.py makes a model folder of the last checkpoint while the run is still going or interrupted."""
+        if self.is_chief:
+            save_final_folder(os.path.join(self.output_dir, "checkpoints", "config"),
+                              lambda folder: (config.save_pretrained(folder), tokenizer.save_pretrained(folder)),
+                              "The checkpoints' config and tokenizer")
+
     @property
     def log_dir(self):
         """TensorBoard's folder; the other hosts of a multi-worker job write theirs into their scratch folder."""
@@ -998,7 +1007,7 @@ def write_model_card(folder, args, results):
                                   else os.path.abspath(args.output_dir))
     card = f"""---
 library_name: transformers
-tags: [fill-mask, tensorflow, masked-lm]
+tags: [fill-mask, tensorflow, pytorch, masked-lm]
 ---
 
 # {model_name}
@@ -1023,15 +1032,7 @@ only those whose input was `<mask>`, for the model and for a table of the traini
 |---|---|
 {eval_lines or '| (no evaluation data) | |'}
 
-## Use
-
-```python
-from transformers import pipeline
-
-unmasker = pipeline("fill-mask", model="PATH_OR_HUB_ID", framework="tf", dtype=None)
-print(unmasker("The capital of France is <mask>."))
-```
-"""
+{model_card_usage("fill-mask", "The capital of France is <mask>.")}"""
     with open(os.path.join(folder, "README.md"), "w") as f:
         f.write(card)
 
@@ -1068,6 +1069,7 @@ def save_model(args, trainer, tokenizer, config, run, plan, num_replicas):
     def write(folder):
         trainer.mlm.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
+        save_pytorch_copy(trainer.mlm, tokenizer, folder)
         write_model_card(folder, args, run.results)
 
     save_final_folder(args.output_dir, write, "Model, tokenizer and model card", args.hub_model_id,
