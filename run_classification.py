@@ -21,7 +21,8 @@ After each epoch, loss and accuracy on the training and validation data; the wei
 validation accuracy are kept, and restored before the final evaluation. Results, on the validation and test data:
 accuracy, macro-F1, the majority-class baseline, the F1 of the five worst classes and the most confused label
 pairs, in {output_dir}/eval_results.json and in TensorBoard ({output_dir}/logs). The model and the tokenizer are
-saved to --output_dir, ready for `pipeline("text-classification", model=output_dir, framework="tf", dtype=None)`.
+saved to --output_dir, ready for `pipeline("text-classification", model=output_dir, framework="tf", dtype=None)`,
+and a copy for 🤗 Transformers 5 with PyTorch to {output_dir}/pytorch.
 
 Example (BANKING77 from local CSV files, on a CPU, for the demo's small model):
     python run_classification.py --model_name_or_path mlm-model --train_file banking77/train.csv \\

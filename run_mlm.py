@@ -21,8 +21,9 @@ seed, so that evaluation figures compare across epochs and runs. Metrics count m
 cross-entropy per masked token), masked_accuracy and perplexity; they also go to TensorBoard, {output_dir}/logs.
 
 Checkpoints go to {output_dir}/checkpoints every --checkpoint_every_steps; the same command run again resumes from
-the last one. At the end, the model and tokenizer are saved with save_pretrained to --output_dir, ready for
-`pipeline("fill-mask", model=output_dir, framework="tf")`. Every path may be gs://bucket/folder, as a TPU Node and
+the last one (export_model.py makes a model folder of it). At the end, the model and tokenizer are saved with
+save_pretrained to --output_dir, ready for `pipeline("fill-mask", model=output_dir, framework="tf")`, and a copy
+for 🤗 Transformers 5 with PyTorch to {output_dir}/pytorch. Every path may be gs://bucket/folder, as a TPU Node and
 the hosts of a pod slice need; each is checked (credentials, bucket, permission) before anything else starts.
 
 Example (a small model on a CPU):
