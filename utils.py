@@ -5,7 +5,7 @@
   libraries read or write on local disk only (tokenizers, configs, saved models);
 - reading a text corpus, streamed, from the Hub or from text, JSON-lines or Parquet files (train_unigram.py and
   prepare_tfrecord_shards.py);
-- output folders, tokenizers and the Hub;
+- output folders, tokenizers and the Hub; the PyTorch copy of a saved model, and how a model card says to load it;
 - the models and hardware of the training scripts: their hardware flags, the tf.distribute strategy, and TPU chips
   found in sysfs and whether the installed TensorFlow can drive them (`python utils.py check-tpu` on a TPU VM).
 
@@ -573,7 +573,7 @@ With 🤗 Transformers 5 and PyTorch, from the folder `{PYTORCH_SUBFOLDER}/` (a 
 ```python
 from transformers import pipeline
 
-model = pipeline("{task}", model="HUB_ID", model_kwargs=dict(subfolder="{PYTORCH_SUBFOLDER}"))
+model = pipeline("{task}", model="PATH_OR_HUB_ID", model_kwargs=dict(subfolder="{PYTORCH_SUBFOLDER}"))
 print(model("{example}"))
 ```
 
@@ -582,7 +582,7 @@ With 🤗 Transformers 4.57 and TensorFlow (`tf_model.h5`):
 ```python
 from transformers import pipeline
 
-model = pipeline("{task}", model="HUB_ID", framework="tf", dtype=None)
+model = pipeline("{task}", model="PATH_OR_HUB_ID", framework="tf", dtype=None)
 print(model("{example}"))
 ```
 """

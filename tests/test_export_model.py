@@ -161,8 +161,8 @@ def test_every_weight_keeps_its_role_with_all_weights_far_from_their_start(model
 def test_model_cards_show_both_ways_to_load(pretrained_model_dir, classifier_dir):
     for folder, task in ((pretrained_model_dir, "fill-mask"), (classifier_dir, "text-classification")):
         card = (folder / "README.md").read_text()
-        assert f'pipeline("{task}", model="HUB_ID", model_kwargs=dict(subfolder="pytorch"))' in card
-        assert f'pipeline("{task}", model="HUB_ID", framework="tf", dtype=None)' in card
+        assert f'pipeline("{task}", model="PATH_OR_HUB_ID", model_kwargs=dict(subfolder="pytorch"))' in card
+        assert f'pipeline("{task}", model="PATH_OR_HUB_ID", framework="tf", dtype=None)' in card
     card = (classifier_dir / "README.md").read_text()
     assert "text classifier of 6 labels" in card and "- Test: accuracy" in card
 
