@@ -573,8 +573,8 @@ With 🤗 Transformers 5 and PyTorch, from the folder `{PYTORCH_SUBFOLDER}/` (a 
 ```python
 from transformers import pipeline
 
-model = pipeline("{task}", model="PATH_OR_HUB_ID", model_kwargs=dict(subfolder="{PYTORCH_SUBFOLDER}"))
-print(model("{example}"))
+pipe = pipeline("{task}", model="PATH_OR_HUB_ID", model_kwargs=dict(subfolder="{PYTORCH_SUBFOLDER}"))
+print(pipe("{example}"))
 ```
 
 With 🤗 Transformers 4.57 and TensorFlow (`tf_model.h5`):
@@ -582,8 +582,8 @@ With 🤗 Transformers 4.57 and TensorFlow (`tf_model.h5`):
 ```python
 from transformers import pipeline
 
-model = pipeline("{task}", model="PATH_OR_HUB_ID", framework="tf", dtype=None)
-print(model("{example}"))
+pipe = pipeline("{task}", model="PATH_OR_HUB_ID", framework="tf", dtype=None)
+print(pipe("{example}"))
 ```
 """
 
