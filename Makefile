@@ -11,7 +11,7 @@ OUT ?= demo-output
 # of the Hub's copy.
 BANKING77 ?=
 
-.PHONY: demo test clean install-tpu check-tpu
+.PHONY: demo test test-pytorch clean install-tpu check-tpu
 
 $(VENV)/.installed: requirements.txt requirements-libraries.txt requirements-beam.txt requirements-test.txt
 	@if [ -f $(VENV)/.installed-tpu ]; then echo "error: $(VENV) holds TensorFlow's TPU build (make install-tpu), \
@@ -70,6 +70,19 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest tests
+
+# The saved models loaded where users take them: 🤗 Transformers 5 with PyTorch, no TensorFlow, in an environment of
+# its own (on Linux, PyPI's torch brings CUDA libraries; PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
+# gets the smaller CPU build).
+PYTORCH_VENV ?= .venv-pytorch
+$(PYTORCH_VENV)/.installed:
+	$(PYTHON) -m venv $(PYTORCH_VENV)
+	$(PYTORCH_VENV)/bin/pip install --quiet torch==2.13.0 transformers==5.17.0
+	touch $@
+
+test-pytorch: $(VENV)/.installed $(PYTORCH_VENV)/.installed
+	PYTORCH_PYTHON=$(abspath $(PYTORCH_VENV))/bin/python $(BIN)/python -m pytest tests/test_export_model.py \
+		-k transformers_5
 
 clean:
 	rm -rf $(OUT)

@@ -21,7 +21,8 @@ After each epoch, loss and accuracy on the training and validation data; the wei
 validation accuracy are kept, and restored before the final evaluation. Results, on the validation and test data:
 accuracy, macro-F1, the majority-class baseline, the F1 of the five worst classes and the most confused label
 pairs, in {output_dir}/eval_results.json and in TensorBoard ({output_dir}/logs). The model and the tokenizer are
-saved to --output_dir, ready for `pipeline("text-classification", model=output_dir, framework="tf", dtype=None)`.
+saved to --output_dir, ready for `pipeline("text-classification", model=output_dir, framework="tf", dtype=None)`,
+and a copy for 🤗 Transformers 5 with PyTorch to {output_dir}/pytorch.
 
 Example (BANKING77 from local CSV files, on a CPU, for the demo's small model):
     python run_classification.py --model_name_or_path mlm-model --train_file banking77/train.csv \\
@@ -43,7 +44,8 @@ import tf_keras as keras
 from transformers import AutoConfig, AutoTokenizer, TFAutoModelForSequenceClassification, create_optimizer
 
 from utils import (MODELS_WITH_POSITION_OFFSET, add_hardware_arguments, check_output_dir, count_hosts,
-                   data_files_format, local_copy, save_final_folder, set_up_training, strategy_name)
+                   data_files_format, is_gcs_path, local_copy, model_card_usage, save_final_folder, save_pytorch_copy,
+                   set_up_training, strategy_name)
 
 logger = logging.getLogger("run_classification")
 
@@ -474,16 +476,45 @@ def evaluate(args, strategy, trainer, encoded, label_names):
     return results
 
 
+def write_model_card(folder, args, config, results):
+    """A README.md for the Hub, written into `folder`: what the model was fine-tuned from, on what, how well."""
+    model_name = os.path.basename(args.output_dir.rstrip("/") if is_gcs_path(args.output_dir)
+                                  else os.path.abspath(args.output_dir))
+    scores = "\n".join(f"- {split.capitalize()}: accuracy {metrics['accuracy']:.3f}, macro-F1 "
+                       f"{metrics['macro_f1']:.3f} (majority class: accuracy {metrics['majority_class_accuracy']:.3f})"
+                       for split, metrics in results.items() if split in ("validation", "test"))
+    card = f"""---
+library_name: transformers
+tags: [text-classification, tensorflow, pytorch]
+---
+
+# {model_name}
+
+A {config.model_type} text classifier of {config.num_labels} labels, fine-tuned with TensorFlow from
+`{args.model_name_or_path}`{" (random weights: --from_scratch)" if args.from_scratch else ""} on
+`{args.train_file or args.dataset_name}` (`run_classification.py` of a TF + 🤗 Transformers TPU pre-training
+pipeline).
+
+{scores}
+
+{model_card_usage("text-classification", "I lost my card")}"""
+    with open(os.path.join(folder, "README.md"), "w") as f:
+        f.write(card)
+
+
 def save(args, model, tokenizer, results):
-    """The model, the tokenizer and eval_results.json into --output_dir (and to the Hub with --hub_model_id)."""
+    """The model (and its PyTorch copy), the tokenizer, eval_results.json and a model card into --output_dir (and
+    to the Hub with --hub_model_id)."""
     def write(folder):
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
+        save_pytorch_copy(model, tokenizer, folder)
         with open(os.path.join(folder, "eval_results.json"), "w") as f:
             json.dump(results, f, indent=2)
+        write_model_card(folder, args, model.config, results)
 
-    save_final_folder(args.output_dir, write, "Model, tokenizer and eval_results.json", args.hub_model_id,
-                      "Fine-tuned with run_classification.py", ignore_patterns=["logs/*"])
+    save_final_folder(args.output_dir, write, "Model, tokenizer, eval_results.json and model card",
+                      args.hub_model_id, "Fine-tuned with run_classification.py", ignore_patterns=["logs/*"])
 
 
 def main(args):

@@ -21,8 +21,9 @@ seed, so that evaluation figures compare across epochs and runs. Metrics count m
 cross-entropy per masked token), masked_accuracy and perplexity; they also go to TensorBoard, {output_dir}/logs.
 
 Checkpoints go to {output_dir}/checkpoints every --checkpoint_every_steps; the same command run again resumes from
-the last one. At the end, the model and tokenizer are saved with save_pretrained to --output_dir, ready for
-`pipeline("fill-mask", model=output_dir, framework="tf")`. Every path may be gs://bucket/folder, as a TPU Node and
+the last one (export_model.py makes a model folder of it). At the end, the model and tokenizer are saved with
+save_pretrained to --output_dir, ready for `pipeline("fill-mask", model=output_dir, framework="tf")`, and a copy
+for 🤗 Transformers 5 with PyTorch to {output_dir}/pytorch. Every path may be gs://bucket/folder, as a TPU Node and
 the hosts of a pod slice need; each is checked (credentials, bucket, permission) before anything else starts.
 
 Example (a small model on a CPU):
@@ -53,8 +54,8 @@ from transformers import AutoConfig, TFAutoModelForMaskedLM, create_optimizer
 
 from utils import (ATTENTION_MASK, INCOMPLETE_MARKER_NAME, INPUT_IDS, MANIFEST_NAME, MODELS_WITH_POSITION_OFFSET,
                    SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME, Manifest, add_hardware_arguments, count_hosts,
-                   host_addresses, is_gcs_path, load_auto_tokenizer, local_copy, save_final_folder, set_up_training,
-                   strategy_name, vocabulary_fingerprint)
+                   host_addresses, is_gcs_path, load_auto_tokenizer, local_copy, model_card_usage, save_final_folder,
+                   save_pytorch_copy, set_up_training, strategy_name, vocabulary_fingerprint)
 
 logger = logging.getLogger("run_mlm")
 def parse_args():
@@ -169,6 +170,7 @@ def main(args):
     if run.is_complete(plan.total_steps):
         return
     run.prepare_output_dir()
+    run.save_config(config, tokenizer)
     with strategy.scope():
         trainer, learning_rate = build_trainer(args, config, tokenizer, plan, jit_compile, train_files)
         run.restore(trainer.mlm, trainer.optimizer)
@@ -889,6 +891,14 @@ class TrainingRun(keras.callbacks.Callback):
             with tf.io.gfile.GFile(self.results_path) as f:
                 self.results = json.load(f)
 
+    def save_config(self, config, tokenizer):
+        """The config and tokenizer, beside the checkpoints (in {output_dir}/checkpoints/config): with them,
+        export_model.py makes a model folder of the last checkpoint while the run is still going or interrupted."""
+        if self.is_chief:
+            save_final_folder(os.path.join(self.output_dir, "checkpoints", "config"),
+                              lambda folder: (config.save_pretrained(folder), tokenizer.save_pretrained(folder)),
+                              "The checkpoints' config and tokenizer")
+
     @property
     def log_dir(self):
         """TensorBoard's folder; the other hosts of a multi-worker job write theirs into their scratch folder."""
@@ -998,7 +1008,7 @@ def write_model_card(folder, args, results):
                                   else os.path.abspath(args.output_dir))
     card = f"""---
 library_name: transformers
-tags: [fill-mask, tensorflow, masked-lm]
+tags: [fill-mask, tensorflow, pytorch, masked-lm]
 ---
 
 # {model_name}
@@ -1023,15 +1033,7 @@ only those whose input was `<mask>`, for the model and for a table of the traini
 |---|---|
 {eval_lines or '| (no evaluation data) | |'}
 
-## Use
-
-```python
-from transformers import pipeline
-
-unmasker = pipeline("fill-mask", model="PATH_OR_HUB_ID", framework="tf", dtype=None)
-print(unmasker("The capital of France is <mask>."))
-```
-"""
+{model_card_usage("fill-mask", "The capital of France is <mask>.")}"""
     with open(os.path.join(folder, "README.md"), "w") as f:
         f.write(card)
 
@@ -1068,6 +1070,7 @@ def save_model(args, trainer, tokenizer, config, run, plan, num_replicas):
     def write(folder):
         trainer.mlm.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
+        save_pytorch_copy(trainer.mlm, tokenizer, folder)
         write_model_card(folder, args, run.results)
 
     save_final_folder(args.output_dir, write, "Model, tokenizer and model card", args.hub_model_id,

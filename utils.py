@@ -5,7 +5,7 @@
   libraries read or write on local disk only (tokenizers, configs, saved models);
 - reading a text corpus, streamed, from the Hub or from text, JSON-lines or Parquet files (train_unigram.py and
   prepare_tfrecord_shards.py);
-- output folders, tokenizers and the Hub;
+- output folders, tokenizers and the Hub; the PyTorch copy of a saved model, and how a model card says to load it;
 - the models and hardware of the training scripts: their hardware flags, the tf.distribute strategy, and TPU chips
   found in sysfs and whether the installed TensorFlow can drive them (`python utils.py check-tpu` on a TPU VM).
 
@@ -15,6 +15,7 @@ goes through the google-cloud-storage client, which is light to import. Both use
 
 import atexit
 import collections
+import copy
 import dataclasses
 import functools
 import glob
@@ -532,6 +533,59 @@ def save_final_folder(output_dir, write, description, hub_model_id=None, commit_
         logger.info("Pushed to %s", url)
     if local_dir != output_dir:
         shutil.rmtree(local_dir)
+
+
+# The PyTorch copy of a saved model: a complete model folder (config, tokenizer, weights) inside the TensorFlow one,
+# for 🤗 Transformers 5, which has no TensorFlow. Not beside tf_model.h5: Transformers 4.57's TensorFlow loader
+# prefers a model.safetensors (or a sharded model.safetensors.index.json) to tf_model.h5, and fails on PyTorch ones.
+PYTORCH_SUBFOLDER = "pytorch"
+
+
+def save_pytorch_copy(model, tokenizer, folder):
+    """Writes into {folder}/pytorch a copy of the 🤗 TF model `model` that Transformers 5 loads with PyTorch: its
+    config, `tokenizer`, and its weights in float32 (whatever the training precision) as a PyTorch-format
+    model.safetensors. Transformers' own TF-to-PyTorch name mapping gives each weight its PyTorch name and layout;
+    safetensors' numpy writer needs no PyTorch. (TensorFlow's save_pretrained(safe_serialization=True) would keep
+    the TF names, which Transformers 5 ignores: it would load a randomly initialised model.)"""
+    import numpy as np
+    from safetensors.numpy import save_file
+    from transformers.modeling_tf_pytorch_utils import apply_transpose, convert_tf_weight_name_to_pt_weight_name
+
+    pytorch_dir = os.path.join(folder, PYTORCH_SUBFOLDER)
+    config = copy.deepcopy(model.config)
+    config.architectures = [type(model).__name__.removeprefix("TF")]  # The PyTorch class: RobertaForMaskedLM.
+    config.save_pretrained(pytorch_dir)
+    tokenizer.save_pretrained(pytorch_dir)
+    tensors = {}
+    for weight in model.weights:
+        name, transpose = convert_tf_weight_name_to_pt_weight_name(weight.name, tf_weight_shape=weight.shape)
+        tensors[name] = np.ascontiguousarray(apply_transpose(transpose, weight.numpy(), pt_to_tf=False),
+                                             dtype=np.float32)
+    save_file(tensors, os.path.join(pytorch_dir, "model.safetensors"), metadata={"format": "pt"})
+
+
+def model_card_usage(task, example):
+    """The "Use" section of a model card: the `task` pipeline on `example`, with PyTorch and with TensorFlow."""
+    return f"""## Use
+
+With 🤗 Transformers 5 and PyTorch, from the folder `{PYTORCH_SUBFOLDER}/` (a copy converted from TensorFlow's):
+
+```python
+from transformers import pipeline
+
+pipe = pipeline("{task}", model="PATH_OR_HUB_ID", model_kwargs=dict(subfolder="{PYTORCH_SUBFOLDER}"))
+print(pipe("{example}"))
+```
+
+With 🤗 Transformers 4.57 and TensorFlow (`tf_model.h5`):
+
+```python
+from transformers import pipeline
+
+pipe = pipeline("{task}", model="PATH_OR_HUB_ID", framework="tf", dtype=None)
+print(pipe("{example}"))
+```
+"""
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -139,11 +139,16 @@ def test_whole_pipeline_on_cloud_storage(gcs, tiny_config_dir, tmp_path):
     stopped_at = int(re.search(r"Stopped by SIGTERM at step (\d+)", stderr).group(1))
     assert 0 < stopped_at < 300 and bucket.blob(f"model/checkpoints/ckpt-{stopped_at}.index").exists()
     assert not bucket.blob("model/tf_model.h5").exists()
+    # The interrupted run's last checkpoint becomes a model folder, from gs:// to gs://.
+    run_traced(tmp_path, "export_model.py", "gs://pipeline/model", "--output_dir", "gs://pipeline/exported", env=env)
+    exported = objects(gcs, "pipeline", "exported/")
+    assert {"tf_model.h5", "tokenizer.json", "pytorch/model.safetensors", "pytorch/tokenizer.json"} <= set(exported)
 
     result = run_traced(tmp_path, "run_mlm.py", *train_args, env=env)
     assert f"Resuming from gs://pipeline/model/checkpoints/ckpt-{stopped_at}, at step {stopped_at}" in result.stderr
     model = objects(gcs, "pipeline", "model/")
-    assert {"tf_model.h5", "config.json", "tokenizer.json", "README.md", "checkpoints/ckpt-300.index"} <= set(model)
+    assert {"tf_model.h5", "config.json", "tokenizer.json", "README.md", "checkpoints/ckpt-300.index",
+            "pytorch/model.safetensors"} <= set(model)
     assert json.loads(model["training_results.json"])["step"] == 300
     assert any(name.startswith("logs/eval/events.out.tfevents.") for name in model)
     assert "# model" in model["README.md"].decode()  # Named after the gs:// folder, not a temporary one.

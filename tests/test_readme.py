@@ -13,7 +13,7 @@ import pytest
 
 from helpers import REPO
 
-SCRIPTS = ("train_unigram.py", "prepare_tfrecord_shards.py", "run_mlm.py", "run_classification.py")
+SCRIPTS = ("train_unigram.py", "prepare_tfrecord_shards.py", "run_mlm.py", "run_classification.py", "export_model.py")
 # Flags the README gives to other programs (pip, gcloud, tensorboard), in prose and tables.
 OTHER_PROGRAMS_FLAGS = {"--no-deps", "--find-links", "--force-reinstall", "--dry-run", "--worker", "--zone",
                         "--command", "--version", "--accelerator-type", "--logdir", "--location", "--member",

@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+from safetensors import safe_open
 
 from conftest import MAX_LENGTH
 from helpers import REPO, WIKITEXT, run_script
@@ -171,6 +172,11 @@ def test_two_cpu_replicas_with_gradient_accumulation_and_bfloat16(train_args, tm
     assert all(np.isfinite(value) for value in final.values())
     # All are positive, but the difference of two losses: after 6 steps, likely below 0.
     assert all(value > 0 for name, value in final.items() if name != "nats_beyond_frequency")
+    # Mixed precision keeps float32 weights: the PyTorch copy holds them in full, not rounded to bfloat16.
+    with safe_open(tmp_path / "model" / "pytorch" / "model.safetensors", framework="np") as f:
+        tensors = [f.get_tensor(name) for name in f.keys()]
+    assert all(tensor.dtype == np.float32 for tensor in tensors)
+    assert any((tensor.view(np.uint32) & 0xFFFF).any() for tensor in tensors)  # Bits that bfloat16 lacks.
 
 
 def test_output_dir_that_is_a_file_and_a_missing_tokenizer_are_named(train_args, tmp_path):

@@ -1,0 +1,114 @@
+#!/usr/bin/env python
+"""Make a model folder that 🤗 Transformers 5 loads with PyTorch, from a model this pipeline saved or from a run.
+
+SOURCE is one of:
+- a model folder saved by run_mlm.py or run_classification.py (tf_model.h5), such as one saved before these
+  scripts wrote a PyTorch copy themselves;
+- the --output_dir of a run_mlm.py run that is still going or was interrupted (or its checkpoints folder): its
+  last checkpoint, in {SOURCE}/checkpoints, becomes the model.
+
+--output_dir gets a complete model folder: the TensorFlow model as save_pretrained writes it (what
+run_classification.py and `pipeline(..., framework="tf")` load), its tokenizer, and in pytorch/ the same model for
+PyTorch (config, tokenizer, model.safetensors in float32). Neither PyTorch nor the Hub is needed. SOURCE and
+--output_dir may be gs://bucket/folder.
+
+Example:
+    python export_model.py mlm-model --output_dir mlm-model-step-3000
+"""
+
+import argparse
+import logging
+import os
+import shutil
+
+import tensorflow as tf
+import transformers
+from transformers import AutoConfig, AutoTokenizer, TFAutoModelForMaskedLM
+
+from utils import (PYTORCH_SUBFOLDER, check_gcs_path, check_output_dir, local_copy, save_final_folder,
+                   save_pytorch_copy)
+
+logger = logging.getLogger("export_model")
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("source", metavar="SOURCE",
+                        help="A model folder saved by run_mlm.py or run_classification.py, or the --output_dir of a "
+                             "run_mlm.py run that has checkpoints (local or gs://).")
+    parser.add_argument("--output_dir", required=True, help="The new model folder (local or gs://).")
+    parser.add_argument("--overwrite", action="store_true", help="Write into --output_dir even if it is not empty.")
+    return parser.parse_args()
+
+
+def main(args):
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    check_gcs_path(args.source)
+    check_gcs_path(args.output_dir, write=True)
+    if not tf.io.gfile.isdir(args.source):
+        raise SystemExit(f"error: SOURCE {args.source!r} is not a folder. Pass a model folder saved by run_mlm.py "
+                         "or run_classification.py, or the --output_dir of a run_mlm.py run.")
+    check_output_dir(args.output_dir, args.overwrite)
+    if tf.io.gfile.exists(os.path.join(args.source, "tf_model.h5")):
+        write, description = from_model_folder(args.source)
+    else:
+        write, description = from_last_checkpoint(args.source)
+    save_final_folder(args.output_dir, write, description)
+
+
+def from_model_folder(source):
+    """What to write for a saved model: its files (config, tokenizer, model card, results), and the PyTorch copy."""
+    local_dir = local_copy(source)  # Its files, not its sub-folders (checkpoints, logs).
+    config = AutoConfig.from_pretrained(local_dir)
+    # The TF class of the saved architecture: TFRobertaForMaskedLM for RobertaForMaskedLM.
+    model = getattr(transformers, "TF" + config.architectures[0]).from_pretrained(local_dir)
+    tokenizer = AutoTokenizer.from_pretrained(local_dir)
+
+    def write(folder):
+        if os.path.realpath(folder) != os.path.realpath(local_dir):  # Else a PyTorch copy added in place.
+            os.makedirs(folder, exist_ok=True)
+            for name in os.listdir(local_dir):
+                if os.path.isfile(os.path.join(local_dir, name)):
+                    shutil.copy(os.path.join(local_dir, name), folder)
+        save_pytorch_copy(model, tokenizer, folder)
+
+    return write, f"The model of {source}, with its PyTorch copy in {PYTORCH_SUBFOLDER}/,"
+
+
+def from_last_checkpoint(source):
+    """What to write for a run_mlm.py run: the model of its last checkpoint, built from the config and tokenizer
+    the run saved beside its checkpoints."""
+    # SOURCE is the run's --output_dir, or its checkpoints folder (which holds the file "checkpoint").
+    is_checkpoint_dir = tf.io.gfile.exists(os.path.join(source, "checkpoint"))
+    checkpoint_dir = source if is_checkpoint_dir else os.path.join(source, "checkpoints")
+    checkpoint = tf.train.latest_checkpoint(checkpoint_dir)
+    if checkpoint is None:
+        raise SystemExit(f"error: {source!r} is neither a model folder (it has no tf_model.h5) nor the --output_dir "
+                         "of a run_mlm.py run with a checkpoint (it has no checkpoints/checkpoint). Pass a folder "
+                         "saved by run_mlm.py or run_classification.py, or a run_mlm.py --output_dir once its first "
+                         "checkpoint is saved (every --checkpoint_every_steps).")
+    config_dir = os.path.join(checkpoint_dir, "config")
+    if not tf.io.gfile.exists(os.path.join(config_dir, "config.json")):
+        raise SystemExit(f"error: the run in {source!r} has checkpoints but not the config and tokenizer they belong "
+                         f"to ({config_dir}), which run_mlm.py saves when a run starts or resumes since it writes "
+                         "a PyTorch copy. Run the same run_mlm.py command again: it resumes from the last "
+                         "checkpoint and saves them; then stop it (Ctrl-C) or let it finish.")
+    local_config_dir = local_copy(config_dir)
+    tokenizer = AutoTokenizer.from_pretrained(local_config_dir)
+    model = TFAutoModelForMaskedLM.from_config(AutoConfig.from_pretrained(local_config_dir))
+    model.build_in_name_scope()
+    # The checkpoint also holds the optimizer's state, which a model does not need.
+    status = tf.train.Checkpoint(model=model).restore(checkpoint).expect_partial()
+    status.assert_existing_objects_matched()  # Every weight of the model came from the checkpoint.
+    logger.info("Restored %s", checkpoint)
+
+    def write(folder):
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        save_pytorch_copy(model, tokenizer, folder)
+
+    return write, f"The model of {checkpoint}, with its PyTorch copy in {PYTORCH_SUBFOLDER}/,"
+
+
+if __name__ == "__main__":
+    main(parse_args())
