@@ -879,8 +879,8 @@ class TrainingRun(keras.callbacks.Callback):
         recorded = self.recorded_results()
         if recorded.get("global_batch_size", plan.global_batch_size) != plan.global_batch_size:
             raise SystemExit(
-                f"error: {self.output_dir!r} holds an unfinished run, checkpointed at step {step}, that trained on "
-                f"global batches of {recorded['global_batch_size']} samples ({recorded.get('per_replica_batch_size')} "
+                f"error: {self.output_dir!r} holds a run, checkpointed at step {step}, that trained on global "
+                f"batches of {recorded['global_batch_size']} samples ({recorded.get('per_replica_batch_size')} "
                 f"per replica x {recorded.get('num_replicas')} replicas x "
                 f"{recorded.get('gradient_accumulation_steps')} accumulation steps), but this command's global batch "
                 f"is {plan.global_batch_size}. Its steps, learning-rate schedule and place in the data all count "

@@ -299,8 +299,8 @@ def test_an_unfinished_run_resumes_only_with_its_own_batch_and_steps(train_args,
     result = run_script("run_mlm.py", *train_args, "--max_steps", 20, "--per_replica_batch_size", 4,
                         expect_failure=True)
     assert_fails_before_building_the_model(
-        result, f"{str(unfinished)!r} holds an unfinished run, checkpointed at step 20, that trained on global "
-                "batches of 8 samples (8 per replica x 1 replicas x 1 accumulation steps), but this command's global "
+        result, f"{str(unfinished)!r} holds a run, checkpointed at step 20, that trained on global batches "
+                "of 8 samples (8 per replica x 1 replicas x 1 accumulation steps), but this command's global "
                 "batch is 4", "run it with the same global batch", "--overwrite")
     result = run_script("run_mlm.py", *train_args, "--max_steps", 10, expect_failure=True)
     assert_fails_before_building_the_model(result, "checkpointed at step 20, beyond the 10 steps this command asks "
