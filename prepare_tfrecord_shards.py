@@ -83,8 +83,8 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from utils import (ATTENTION_MASK, FILE_BUILDERS, INCOMPLETE_MARKER_NAME, INPUT_IDS, MANIFEST_NAME, SHARD_NAME,
-                   TOKEN_COUNTS_NAME, Manifest, add_corpus_arguments, batches_of_texts, check_gcs_path,
+from utils import (ATTENTION_MASK, FILE_BUILDERS, INCOMPLETE_MARKER_NAME, INPUT_IDS, MANIFEST_NAME,
+                   MIN_MAX_LENGTH, SHARD_NAME, TOKEN_COUNTS_NAME, Manifest, add_corpus_arguments, batches_of_texts, check_gcs_path,
                    check_output_dir, data_files_format, gcs_client, is_gcs_path, iter_text_file_batches,
                    iter_text_file_lines, load_auto_tokenizer, local_copy, open_binary, open_text, split_gcs_path,
                    text_batches, vocabulary_fingerprint)
@@ -107,7 +107,8 @@ def parse_args():
                         help="Folder written by train_unigram.py (local or gs://), or a Hub tokenizer id "
                              "(default: %(default)s).")
     parser.add_argument("--max_length", type=int, default=128,
-                        help="Tokens per sample (default: %(default)s).")
+                        help=f"Tokens per sample, at least {MIN_MAX_LENGTH}: a sample may hold a document bound "
+                             "(</s> <s>), and a masked token needs context around it (default: %(default)s).")
     parser.add_argument("--shard_size", type=int, default=1000,
                         help="Samples per shard (default: %(default)s).")
     parser.add_argument("--batch_size", type=int, default=1000,
@@ -143,6 +144,10 @@ def parse_args():
         value = getattr(args, flag)
         if value is not None and value <= 0:
             parser.error(f"--{flag} must be a positive number, got {value}.")
+    if args.max_length < MIN_MAX_LENGTH:
+        parser.error(f"--max_length must be at least {MIN_MAX_LENGTH}, got {args.max_length}: shorter samples "
+                     "leave too few tokens to mask, with too little context. Pass --max_length 128, or at least "
+                     f"{MIN_MAX_LENGTH}.")
     return args
 
 

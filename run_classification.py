@@ -184,12 +184,29 @@ def load_splits(args):
         if len(dataset) == 0:
             raise SystemExit(f"error: the {split} data is empty.")
         labels = dataset[args.label_column]
-        # A Hub dataset's labels are often a ClassLabel: integers, with their names in the features.
+        # A Hub dataset's labels are often a ClassLabel: integers, with their names in the features (-1: no label).
         label_feature = dataset.features[args.label_column]
         if isinstance(label_feature, datasets.ClassLabel):
-            labels = label_feature.int2str(labels)
-        columns[split] = ([str(text) for text in dataset[args.text_column]], [str(label) for label in labels])
+            labels = [None if label == -1 else label_feature.int2str(label) for label in labels]
+        columns[split] = without_unlabeled_rows(split, dataset[args.text_column], labels, args.label_column)
     return columns
+
+
+def without_unlabeled_rows(split, texts, labels, label_column):
+    """(texts, labels) as strings, less the rows whose label is missing or blank, which are counted in a warning.
+    Skipped, not refused: a row without a label can be neither learned nor scored, and the labeled rest is good
+    data. (Read as a string, a missing label would become a class "None" of its own.)"""
+    def is_missing(label):
+        return label is None or label != label or not str(label).strip()  # label != label: a float NaN.
+
+    kept = [(str(text), str(label)) for text, label in zip(texts, labels) if not is_missing(label)]
+    if not kept:
+        raise SystemExit(f"error: the {split} data has no label in any of its {len(labels)} rows: its column "
+                         f"{label_column!r} is empty. Check --label_column, or fill in the labels.")
+    if len(kept) < len(labels):
+        logger.warning("The %s data has %d row(s) of %d without a label (column %r empty): they are left out.",
+                       split, len(labels) - len(kept), len(labels), label_column)
+    return [text for text, _ in kept], [label for _, label in kept]
 
 
 def check_labels(columns):
@@ -257,6 +274,22 @@ def evaluation_dataset(features, label_ids, global_batch_size):
 
 # ----------------------------------------------------------------------------------------------------------------
 # Model
+
+
+def refuse_an_unfinished_pretraining_run(path):
+    """Stops when `path` (local or gs://) is the folder of a run_mlm.py run that did not finish: it has checkpoints
+    but no saved model, hence no config.json."""
+    if not tf.io.gfile.isdir(path) or tf.io.gfile.exists(os.path.join(path, "config.json")):
+        return
+    latest = tf.train.latest_checkpoint(os.path.join(path, "checkpoints"))
+    if latest is None:
+        return
+    step = int(latest.rsplit("-", 1)[1])  # run_mlm.py numbers its checkpoints by step.
+    raise SystemExit(
+        f"error: {path!r} holds a pre-training run that did not finish: checkpoints (the latest at step {step}) "
+        "but no saved model. Finish it by running the same run_mlm.py command again, then pass this folder; or "
+        f"turn its latest checkpoint into a model folder with `python export_model.py {path} --output_dir "
+        "NEW_FOLDER` and pass --model_name_or_path NEW_FOLDER.")
 
 
 def load_config(args, model_path, label_names, tokenizer):
@@ -523,6 +556,7 @@ def main(args):
         args, input_paths=(args.train_file, args.validation_file, args.test_file, args.model_name_or_path))
 
     # Check the model folder and the data before building anything, so that mistakes cost seconds, not minutes.
+    refuse_an_unfinished_pretraining_run(args.model_name_or_path)
     model_path = local_copy(args.model_name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_path)

@@ -52,10 +52,11 @@ import tensorflow as tf
 import tf_keras as keras
 from transformers import AutoConfig, TFAutoModelForMaskedLM, create_optimizer
 
-from utils import (ATTENTION_MASK, INCOMPLETE_MARKER_NAME, INPUT_IDS, MANIFEST_NAME, MODELS_WITH_POSITION_OFFSET,
-                   SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME, Manifest, add_hardware_arguments, count_hosts,
-                   host_addresses, is_gcs_path, load_auto_tokenizer, local_copy, model_card_usage, save_final_folder,
-                   save_pytorch_copy, set_up_training, strategy_name, vocabulary_fingerprint)
+from utils import (ATTENTION_MASK, INCOMPLETE_MARKER_NAME, INPUT_IDS, MANIFEST_NAME, MIN_MAX_LENGTH,
+                   MODELS_WITH_POSITION_OFFSET, SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME, Manifest,
+                   add_hardware_arguments, count_hosts, host_addresses, is_gcs_path, load_auto_tokenizer, local_copy,
+                   model_card_usage, save_final_folder, save_pytorch_copy, set_up_training, strategy_name,
+                   vocabulary_fingerprint)
 
 logger = logging.getLogger("run_mlm")
 def parse_args():
@@ -71,7 +72,8 @@ def parse_args():
                       help="On a TPU pod slice, accept local shard paths: you copied the shards to the same path on "
                            "every host. Without it, a pod slice needs gs:// shards, since each host reads its own.")
     data.add_argument("--max_length", type=int, default=128,
-                      help="Tokens per sample; must match the shards (default: %(default)s).")
+                      help=f"Tokens per sample; must match the shards, and be at least {MIN_MAX_LENGTH} "
+                           "(default: %(default)s).")
     data.add_argument("--shuffle_buffer_size", type=int, default=10_000,
                       help="Samples held in the shuffle buffer; larger mixes better, costs host memory "
                            "(default: %(default)s).")
@@ -139,6 +141,10 @@ def parse_args():
         value = getattr(args, flag)
         if value is not None and value < (0 if flag == "warmup_steps" else 1):
             parser.error(f"--{flag} must be {'non-negative' if flag == 'warmup_steps' else 'positive'}, got {value}.")
+    if args.max_length < MIN_MAX_LENGTH:
+        parser.error(f"--max_length must be at least {MIN_MAX_LENGTH}, got {args.max_length}: shorter samples leave "
+                     "too few tokens to mask, with too little context. Write shards of 128 tokens, or at least "
+                     f"{MIN_MAX_LENGTH}, with prepare_tfrecord_shards.py.")
     if not 0 < args.mlm_probability < 1:
         parser.error(f"--mlm_probability must be between 0 and 1, got {args.mlm_probability}.")
     if not 0 <= args.warmup_ratio < 1:
@@ -170,10 +176,12 @@ def main(args):
     if run.is_complete(plan.total_steps):
         return
     run.prepare_output_dir()
+    run.refuse_to_resume_with_another_plan(plan, args)
     run.save_config(config, tokenizer)
     with strategy.scope():
         trainer, learning_rate = build_trainer(args, config, tokenizer, plan, jit_compile, train_files)
         run.restore(trainer.mlm, trainer.optimizer)
+    run.record_batch(plan, args)
     logger.info("Model: %s with %.1fM parameters", config.model_type, trainer.mlm.count_params() / 1e6)
 
     data = MaskedLMData(args, strategy, plan, tokenizer, train_files, eval_files)
@@ -190,7 +198,7 @@ def main(args):
     logger.info("Weights fingerprint: %s", weights_fingerprint(trainer.mlm))
     warn_if_nothing_learned_from_context(run.results)
     if run.is_chief:
-        save_model(args, trainer, tokenizer, config, run, plan, strategy.num_replicas_in_sync)
+        save_model(args, trainer, tokenizer, config, run, plan)
 
 
 def load_tokenizer(args):
@@ -484,7 +492,13 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
     batches = batches.enumerate().map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE)
     if not training:
         batches = batches.repeat()
-    return batches.prefetch(tf.data.AUTOTUNE)
+    # Without tf.data's autotuning, the parallel reads and maps run at a fixed parallelism set from the number of
+    # cores, and the prefetch buffer still grows as needed. With it, deleting an iterator (at the end of every fit call) could wait up to 60 s: the
+    # tuning thread, woken by the cancellation before TensorFlow marks it done, goes back to sleep for the rest of
+    # its period (tf.data's CancellationManager and Model::OptimizeLoop, TensorFlow 2.18).
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
 
 
 class MaskedLMData:
@@ -848,13 +862,53 @@ class TrainingRun(keras.callbacks.Callback):
 
     def saved_model_step(self):
         """The step at which this script last saved the model into --output_dir, or None if it never did."""
+        return self.recorded_results().get("saved_model_step")
+
+    def recorded_results(self):
+        """training_results.json of an earlier run in --output_dir; {} if there is none, or not this script's."""
         if not tf.io.gfile.exists(self.results_path):
-            return None
+            return {}
         with tf.io.gfile.GFile(self.results_path) as f:
             try:
-                return json.load(f).get("saved_model_step")
-            except (json.JSONDecodeError, AttributeError):  # Not this script's file: the folder is refused.
-                return None
+                results = json.load(f)
+            except json.JSONDecodeError:  # Not this script's file: prepare_output_dir refuses the folder.
+                return {}
+        return results if isinstance(results, dict) else {}
+
+    def refuse_to_resume_with_another_plan(self, plan, args):
+        """Before building the model: refuses to resume the last checkpoint where this command would not continue
+        the interrupted run. A checkpoint's step counts batches of that run's global batch, and so do the
+        learning-rate schedule (its warmup and total steps) and the seeds of the data (see train): under another
+        batch size, all three would shift, and the resumed run would be neither the old one nor a new one. Runs
+        saved by older versions of this script recorded no batch: they resume as before."""
+        latest = None if self.overwrite else tf.train.latest_checkpoint(os.path.join(self.output_dir, "checkpoints"))
+        if latest is None:
+            return
+        step = int(latest.rsplit("-", 1)[1])  # Checkpoints are numbered by their step (save_checkpoint).
+        recorded = self.recorded_results()
+        if recorded.get("global_batch_size", plan.global_batch_size) != plan.global_batch_size:
+            raise SystemExit(
+                f"error: {self.output_dir!r} holds a run, checkpointed at step {step}, that trained on global "
+                f"batches of {recorded['global_batch_size']} samples ({recorded.get('per_replica_batch_size')} "
+                f"per replica x {recorded.get('num_replicas')} replicas x "
+                f"{recorded.get('gradient_accumulation_steps')} accumulation steps), but this command's global batch "
+                f"is {plan.global_batch_size}. Its steps, learning-rate schedule and place in the data all count "
+                "batches of the old size, so it cannot go on with another. To resume it, run it with the same "
+                "global batch (--per_replica_batch_size x replicas x --gradient_accumulation_steps); to train with "
+                "this batch instead, start over with --overwrite, or choose another --output_dir.")
+        if step > plan.total_steps:
+            raise SystemExit(
+                f"error: {self.output_dir!r} holds an unfinished run, checkpointed at step {step}, beyond the "
+                f"{plan.total_steps} steps this command asks for. To finish it, run it with --max_steps {step} or "
+                "more (or as many --num_epochs as it had); to start over, pass --overwrite.")
+
+    def record_batch(self, plan, args):
+        """Records the batch of this run in training_results.json, for refuse_to_resume_with_another_plan."""
+        self.results.update(global_batch_size=plan.global_batch_size,
+                            per_replica_batch_size=args.per_replica_batch_size,
+                            num_replicas=self.strategy.num_replicas_in_sync,
+                            gradient_accumulation_steps=args.gradient_accumulation_steps)
+        self.save_results()
 
     def prepare_output_dir(self):
         """Refuses an output folder holding files of something else; on --overwrite, clears an earlier run's state."""
@@ -969,6 +1023,7 @@ class TrainingRun(keras.callbacks.Callback):
 
     def save_results(self):
         if self.is_chief:
+            tf.io.gfile.makedirs(self.output_dir)  # The first record comes before the first checkpoint or log.
             with tf.io.gfile.GFile(self.results_path, "w") as f:
                 json.dump(self.results, f, indent=2)
 
@@ -1058,13 +1113,13 @@ def format_metrics(metrics):
     return ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
 
 
-def save_model(args, trainer, tokenizer, config, run, plan, num_replicas):
+def save_model(args, trainer, tokenizer, config, run, plan):
     """The model, its tokenizer and a model card into --output_dir (and to the Hub with --hub_model_id); then, in
-    training_results.json, the step it was saved at, so that the same command run again knows it has finished."""
+    training_results.json, the step it was saved at, so that the same command run again knows it has finished.
+    (The batch is recorded there already, by TrainingRun.record_batch.)"""
     step = int(trainer.optimizer.iterations.numpy())
     run.results.update(step=step, model_type=config.model_type, vocab_size=config.vocab_size,
-                       train_samples=plan.train_samples, global_batch_size=plan.global_batch_size,
-                       num_replicas=num_replicas)
+                       train_samples=plan.train_samples)
     run.save_results()
 
     def write(folder):

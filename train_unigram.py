@@ -170,7 +170,8 @@ def train_sentencepiece(texts, vocab_size, normalizer, num_threads=None):
         # Every chunk is loaded: the sampling is reservoir_sample's, which counts texts and takes a seed.
         # (SentencePiece's own, input_sentence_size, counts chunks, and its seed is fixed at 12345678.)
         max_sentence_length=4 * MAX_CHUNK_CHARS, input_sentence_size=0,
-        # A small corpus may hold fewer pieces than asked for: fewer tokens then, not an error.
+        # A small corpus may hold fewer pieces than asked for: SentencePiece then returns what it found, and main()
+        # says how many (its own hard limit fails with a C++ error that is no message for a user).
         hard_vocab_limit=False,
         num_threads=num_threads or os.cpu_count(), minloglevel=1)
     return model.getvalue()
@@ -253,6 +254,18 @@ def log_one_minus_exp(x):
     return math.log(-math.expm1(x)) if x > -math.log(2) else math.log1p(-math.exp(x))
 
 
+def refuse_a_smaller_vocabulary(vocab_size, asked_for, num_texts):
+    """Stops, saving nothing, when the corpus gave fewer tokens than --vocab_size. An error, not a warning: every
+    later step (shards, model size) would follow the smaller vocabulary unseen in a pipeline nobody watches, while
+    only a small corpus falls short, and training on it again takes moments."""
+    if vocab_size < asked_for:
+        raise SystemExit(
+            f"error: the corpus could not give a vocabulary of {asked_for} tokens, only {vocab_size} (special "
+            f"tokens included): its {num_texts} texts are too little text for more. Nothing was saved. Train on more "
+            "text (a larger --limit or --sample_size, if you set one), or pass --vocab_size "
+            f"{vocab_size} to train on this corpus.")
+
+
 def add_post_processor(tokenizer):
     """Wraps every encoded text in <s> ... </s>, as RoBERTa expects."""
     bos, eos = SPECIAL_TOKENS["bos_token"], SPECIAL_TOKENS["eos_token"]
@@ -304,6 +317,7 @@ def main():
 
     logger.info("Training a Unigram model of %d tokens with SentencePiece", args.vocab_size)
     tokenizer = train_tokenizer(texts(), args.vocab_size)
+    refuse_a_smaller_vocabulary(tokenizer.get_vocab_size(), args.vocab_size, texts_seen)
     add_post_processor(tokenizer)
 
     fast_tokenizer = PreTrainedTokenizerFast(

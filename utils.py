@@ -50,6 +50,10 @@ SHARD_NAME_PATTERN = re.compile(r"dataset-(\d+)-(\d+)\.tfrecord$")
 INPUT_IDS = "input_ids"  # The token ids of one sample.
 ATTENTION_MASK = "attention_mask"  # All ones (samples are never padded): kept for readers of the original format.
 MANIFEST_NAME = "manifest.json"
+# The shortest sample worth masking. Samples are cut from a stream in which each document is wrapped in <s> ... </s>,
+# so two of a sample's tokens may be a document bound, never masked; at 15 % masking, one sample of 16 tokens in ten
+# still draws no masked token (0.85 ** 14), and shorter ones leave a masked token almost no context.
+MIN_MAX_LENGTH = 16
 # run_mlm.py scores its model against the best constant predictor, a table of the training tokens' frequencies.
 TOKEN_COUNTS_NAME = "token_counts.json"
 # A folder that still has this file was left by an interrupted run, and holds only part of the split.

@@ -92,3 +92,17 @@ def cut_parts(streams, max_length, shard_size):
         full, rest = divmod(num_samples, shard_size)
         shard_sizes += [shard_size] * full + ([rest] if rest else [])
     return samples, dropped, shard_sizes
+
+
+def unfinished_copy(run_dir, destination):
+    """What an interrupted run_mlm.py leaves, made from the folder of a finished one: its checkpoints, logs and
+    training_results.json, without the saved model and the step it was saved at."""
+    import json
+    import shutil
+
+    shutil.copytree(run_dir / "checkpoints", destination / "checkpoints")
+    shutil.copytree(run_dir / "logs", destination / "logs")
+    results = json.loads((run_dir / "training_results.json").read_text())
+    del results["saved_model_step"]
+    (destination / "training_results.json").write_text(json.dumps(results))
+    return destination

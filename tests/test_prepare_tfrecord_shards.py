@@ -112,6 +112,14 @@ def test_bad_numbers_are_refused(tmp_path, tokenizer_dir):
     assert "--max_length must be a positive number" in result.stderr
 
 
+def test_samples_too_short_to_mask_are_refused(tmp_path):
+    result = run_script("prepare_tfrecord_shards.py", "--train_file", WIKITEXT / "validation.txt",
+                        "--max_length", 2, "--output_dir", tmp_path / "out", expect_failure=True)
+    assert "error: --max_length must be at least 16, got 2: shorter samples leave too few tokens to mask" \
+        in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 # The records are serialized without TensorFlow (prepare_tfrecord_shards.RecordSerializer): they must be the very
 # bytes TensorFlow writes. Token ids of every varint length are covered, up to 250,000 (the largest vocabularies),
 # and beyond.

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import REPO, run_script
+from helpers import REPO, run_script, unfinished_copy
 from run_classification import classification_metrics, evaluation_dataset, load_splits, stratified_split
 
 BANKING77 = REPO / "tests" / "data" / "banking77"
@@ -165,7 +165,7 @@ def assert_fails(args, *messages):
     result = run_script("run_classification.py", *args, expect_failure=True)
     for message in messages:
         assert message in result.stderr, result.stderr[-3000:]
-    assert "Model:" not in result.stderr  # Before building the model.
+    assert "Model:" not in result.stderr and "Traceback" not in result.stderr  # Before building the model.
 
 
 def test_bad_data(pretrained_model_dir, tmp_path):
@@ -184,6 +184,33 @@ def test_bad_data(pretrained_model_dir, tmp_path):
     unseen = write_csv(tmp_path / "unseen.csv", [("where is my card", "card_arrival"), ("hi", "greeting")])
     assert_fails([*args, "--validation_file", unseen],
                  "the validation data has labels that the training data does not: ['greeting']")
+    unlabeled = write_csv(tmp_path / "unlabeled.csv", [("where is my card", ""), ("hi", " ")])
+    assert_fails([*args, "--test_file", unlabeled], "the test data has no label in any of its 2 rows",
+                 "its column 'category' is empty")
+
+
+def test_rows_without_a_label_are_left_out_and_counted(pretrained_model_dir, tmp_path):
+    # The BANKING77 slice with the labels of four rows blanked: 116 labeled rows, less 10 % of each label.
+    rows = [line.rsplit(",", 1) for line in (BANKING77 / "train.csv").read_text().splitlines()[1:]]
+    assert len(rows) == 120
+    for i in (3, 30, 60, 90):
+        rows[i][1] = ""
+    train = write_csv(tmp_path / "train.csv", rows)
+    output_dir = tmp_path / "model"
+    result = run_script("run_classification.py", *fine_tune_args(pretrained_model_dir, output_dir),
+                        "--train_file", train, "--num_epochs", 1)
+    assert "The train data has 4 row(s) of 120 without a label (column 'category' empty): they are left out." \
+        in result.stderr
+    results = json.loads((output_dir / "eval_results.json").read_text())
+    assert results["num_labels"] == 6 and results["train_examples"] + results["validation"]["num_examples"] == 116
+
+
+def test_an_unfinished_pretraining_run_is_named_with_what_to_do(pretrained_model_dir, tmp_path):
+    unfinished = unfinished_copy(pretrained_model_dir, tmp_path / "unfinished")
+    assert_fails(fine_tune_args(unfinished, tmp_path / "model"),
+                 f"{str(unfinished)!r} holds a pre-training run that did not finish: checkpoints (the latest at "
+                 "step 20) but no saved model", "running the same run_mlm.py command again",
+                 f"python export_model.py {unfinished} --output_dir NEW_FOLDER")
 
 
 def test_bad_model(pretrained_model_dir, tokenizer_dir, tmp_path):

@@ -13,7 +13,7 @@ import tensorflow as tf
 from safetensors import safe_open
 
 from conftest import MAX_LENGTH
-from helpers import REPO, WIKITEXT, run_script
+from helpers import REPO, WIKITEXT, run_script, unfinished_copy
 
 
 @pytest.fixture
@@ -42,6 +42,8 @@ def test_max_length_must_match_the_shards(train_args):
     result = run_script("run_mlm.py", *train_args, "--max_length", 128, expect_failure=True)
     assert_fails_before_building_the_model(
         result, f"hold samples of {MAX_LENGTH} tokens, but --max_length is 128", f"--max_length {MAX_LENGTH}")
+    result = run_script("run_mlm.py", *train_args, "--max_length", 8, expect_failure=True)
+    assert_fails_before_building_the_model(result, "--max_length must be at least 16, got 8")
 
 
 def test_shards_of_the_original_example_have_no_manifest(train_args, shards_dir, tmp_path):
@@ -295,3 +297,17 @@ def test_running_a_finished_run_again_says_it_is_complete(train_args, tmp_path):
     result = run_script("run_mlm.py", *train_args, "--max_steps", 6, "--eval_every_steps", 2)
     assert f"Resuming from {tmp_path / 'model'}/checkpoints/ckpt-4, at step 4" in result.stderr
     assert json.loads((tmp_path / "model" / "training_results.json").read_text())["saved_model_step"] == 6
+
+
+def test_an_unfinished_run_resumes_only_with_its_own_batch_and_steps(train_args, pretrained_model_dir, tmp_path):
+    # pretrained_model_dir was trained by train_args' command with --max_steps 20, at a global batch of 8.
+    unfinished = unfinished_copy(pretrained_model_dir, tmp_path / "model")
+    result = run_script("run_mlm.py", *train_args, "--max_steps", 20, "--per_replica_batch_size", 4,
+                        expect_failure=True)
+    assert_fails_before_building_the_model(
+        result, f"{str(unfinished)!r} holds a run, checkpointed at step 20, that trained on global batches "
+                "of 8 samples (8 per replica x 1 replicas x 1 accumulation steps), but this command's global "
+                "batch is 4", "run it with the same global batch", "--overwrite")
+    result = run_script("run_mlm.py", *train_args, "--max_steps", 10, expect_failure=True)
+    assert_fails_before_building_the_model(result, "checkpointed at step 20, beyond the 10 steps this command asks "
+                                                   "for", "--max_steps 20 or more")

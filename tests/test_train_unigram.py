@@ -88,7 +88,7 @@ def test_json_lines_and_parquet_with_a_text_column(tmp_path):
 
     for name in ("data.jsonl", "data.parquet"):
         result = run_script("train_unigram.py", "--train_file", tmp_path / name, "--text_column", "body",
-                            "--vocab_size", 60, "--output_dir", tmp_path / f"tokenizer-{name}")
+                            "--vocab_size", 50, "--output_dir", tmp_path / f"tokenizer-{name}")
         assert texts_trained_on(result) == 200  # The three empty or whitespace-only records were skipped.
         tokenizer = AutoTokenizer.from_pretrained(tmp_path / f"tokenizer-{name}")
         assert tokenizer.decode(tokenizer("gamma delta").input_ids, skip_special_tokens=True) == "gamma delta"
@@ -106,6 +106,22 @@ def test_input_with_only_blank_records_fails_clearly(tmp_path):
     result = run_script("train_unigram.py", "--train_file", tmp_path / "blank.txt", "--output_dir",
                         tmp_path / "out", expect_failure=True)
     assert "holds no text" in result.stderr
+
+
+def test_a_corpus_too_small_for_the_vocabulary_asked_for_fails_with_the_size_it_gives(tmp_path):
+    args = ["--train_file", WIKITEXT / "validation.txt", "--limit", 100]
+    result = run_script("train_unigram.py", *args, "--vocab_size", 200_000, "--output_dir", tmp_path / "big",
+                        expect_failure=True)
+    message = re.search(r"error: the corpus could not give a vocabulary of 200000 tokens, only (\d+) \(special "
+                        r"tokens included\): its (\d+) texts are too little text for more\. Nothing was saved\.",
+                        result.stderr)
+    assert message and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert not (tmp_path / "big").exists()
+    # The size it names is one this corpus gives.
+    size = int(message.group(1))
+    assert f"pass --vocab_size {size} to train on this corpus" in result.stderr
+    run_script("train_unigram.py", *args, "--vocab_size", size, "--output_dir", tmp_path / "fits")
+    assert len(AutoTokenizer.from_pretrained(tmp_path / "fits")) == size
 
 
 def test_unknown_file_type_and_missing_file(tmp_path):
