@@ -1,5 +1,6 @@
 # Set-up and entry points. `make demo` runs the whole pipeline on a small model; `make test` runs the tests.
-# Both create .venv from the requirements files the first time (and again when those files change).
+# Both install into .venv from the locks in locks/ (exact versions, transitive ones included): the demo what it
+# runs, the tests the rest on top; each again when its lock changes. `make lock` refreshes the locks.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -11,15 +12,21 @@ OUT ?= demo-output
 # of the Hub's copy.
 BANKING77 ?=
 
-.PHONY: demo test clean install-tpu check-tpu
+.PHONY: demo test clean install-tpu check-tpu lock
 
-$(VENV)/.installed: requirements.txt requirements-libraries.txt requirements-beam.txt requirements-test.txt
+# No pip upgrade: the locks leave pip nothing to resolve, so the pip each Python ships installs them as fast.
+$(VENV)/.installed: locks/requirements.txt
 	@if [ -f $(VENV)/.installed-tpu ]; then echo "error: $(VENV) holds TensorFlow's TPU build (make install-tpu), \
-	which installing the test requirements would replace with the plain build. Run the scripts with \
+	which installing the CPU requirements would replace with the plain build. Run the scripts with \
 	$(BIN)/python, or give the CPU environment a folder of its own: make $(MAKECMDGOALS) VENV=.venv-cpu"; exit 1; fi
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements-test.txt
+	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -r locks/requirements.txt
+	touch $@
+
+# Beam, pytest and the Cloud Storage emulator, on top of what the demo installed (the locks agree on every version
+# they share, so nothing installed before changes).
+$(VENV)/.installed-test: $(VENV)/.installed locks/requirements-test.txt
+	$(BIN)/pip install --quiet -r locks/requirements-test.txt
 	touch $@
 
 ifdef DATA
@@ -68,7 +75,7 @@ demo: $(VENV)/.installed
 		print("  from scratch     accuracy {accuracy:.1%}, macro-F1 {macro_f1:.3f}".format(**scratch)); \
 		print("  majority class   accuracy {majority_class_accuracy:.1%}".format(**pretrained))'
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest tests
 
 clean:
@@ -79,8 +86,8 @@ clean:
 # the TPU build's in the `tensorflow/` folder that both write.
 install-tpu:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install -r requirements-tpu.txt
+	$(BIN)/pip install --quiet -r locks/requirements-tpu.txt
+	$(BIN)/pip install -r requirements-tpu.txt -c locks/requirements-tpu.txt
 	$(BIN)/pip install --no-deps $$(grep '^tf-keras==' requirements.txt)
 	touch $(VENV)/.installed-tpu
 	$(BIN)/python utils.py check-tpu
@@ -88,3 +95,21 @@ install-tpu:
 # Prints "TPU build of TensorFlow X, libtpu Y: ..." when TensorFlow drives this machine's TPU, else what is wrong.
 check-tpu:
 	$(BIN)/python utils.py check-tpu
+
+# Re-resolves every lock to the newest versions the requirement files allow, with uv (pip-compile resolves only for
+# the Python that runs it; uv for any version named). The test environment first, as it holds the most packages; the others take its
+# versions, so the tests check exactly what each install gets. Resolved for Python 3.10 on x86-64 Linux (TPU VMs,
+# GPU machines, CI), the oldest Python the README names: uv's --universal locks (one for every Python) cannot leave out Python
+# 3.14, where google-api-core's requirements conflict with TensorFlow 2.18's protobuf.
+LOCK := .venv-lock/bin/uv pip compile --quiet --python-version 3.10 --python-platform x86_64-manylinux_2_28 \
+	--custom-compile-command "make lock"
+lock:
+	[ -x .venv-lock/bin/uv ] || ($(PYTHON) -m venv .venv-lock && .venv-lock/bin/pip install --quiet uv==0.13.9)
+	$(LOCK) --upgrade requirements-test.txt -o locks/requirements-test.txt
+	$(LOCK) requirements-beam.txt -c locks/requirements-test.txt -o locks/requirements-beam.txt
+	$(LOCK) requirements.txt -c locks/requirements-test.txt -o locks/requirements.txt
+# The TPU build and libtpu come from Google's index, which the lock does not reach: tensorflow-tpu 2.18.0 requires
+# what tensorflow 2.18.0 requires plus libtpu, so the lock holds TensorFlow's requirements without TensorFlow, and
+# `make install-tpu` adds the two exact pins of requirements-tpu.txt.
+	grep '^cloud-tpu-client==' requirements-tpu.txt | $(LOCK) requirements.txt - -c locks/requirements-test.txt \
+		--no-emit-package tensorflow --no-emit-package tf-keras -o locks/requirements-tpu.txt
