@@ -1,10 +1,13 @@
 # Set-up and entry points. `make demo` runs the whole pipeline on a small model; `make test` runs the tests.
-# Both install into .venv from the locks in locks/ (exact versions, transitive ones included): the demo what it
-# runs, the tests the rest on top; each again when its lock changes. `make lock` refreshes the locks.
+# Both install into .venv from the locks of $(PYTHON)'s version in locks/ (exact versions, transitive ones
+# included): the demo what it runs, the tests the rest on top; each again when its lock changes.
+# `make lock` refreshes the locks.
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# The locks for the Python that creates the environment (locks/py3.10 to locks/py3.12).
+LOCKS := locks/py$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 # A folder holding train.txt and validation.txt, to run the demo on local files instead of the Hub's WikiText.
 DATA ?=
 OUT ?= demo-output
@@ -15,18 +18,18 @@ BANKING77 ?=
 .PHONY: demo test smoke clean install-tpu check-tpu lock
 
 # No pip upgrade: the locks leave pip nothing to resolve, so the pip each Python ships installs them as fast.
-$(VENV)/.installed: locks/requirements.txt
+$(VENV)/.installed: $(LOCKS)/requirements.txt
 	@if [ -f $(VENV)/.installed-tpu ]; then echo "error: $(VENV) holds TensorFlow's TPU build (make install-tpu), \
 	which installing the CPU requirements would replace with the plain build. Run the scripts with \
 	$(BIN)/python, or give the CPU environment a folder of its own: make $(MAKECMDGOALS) VENV=.venv-cpu"; exit 1; fi
 	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -r locks/requirements.txt
+	$(BIN)/pip install --quiet -r $(LOCKS)/requirements.txt
 	touch $@
 
 # Beam, pytest and the Cloud Storage emulator, on top of what the demo installed (the locks agree on every version
 # they share, so nothing installed before changes).
-$(VENV)/.installed-test: $(VENV)/.installed locks/requirements-test.txt
-	$(BIN)/pip install --quiet -r locks/requirements-test.txt
+$(VENV)/.installed-test: $(VENV)/.installed $(LOCKS)/requirements-test.txt
+	$(BIN)/pip install --quiet -r $(LOCKS)/requirements-test.txt
 	touch $@
 
 ifdef DATA
@@ -103,8 +106,8 @@ clean:
 # the TPU build's in the `tensorflow/` folder that both write.
 install-tpu:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -r locks/requirements-tpu.txt
-	$(BIN)/pip install -r requirements-tpu.txt -c locks/requirements-tpu.txt
+	$(BIN)/pip install --quiet -r $(LOCKS)/requirements-tpu.txt
+	$(BIN)/pip install -r requirements-tpu.txt -c $(LOCKS)/requirements-tpu.txt
 	$(BIN)/pip install --no-deps $$(grep '^tf-keras==' requirements.txt)
 	touch $(VENV)/.installed-tpu
 	$(BIN)/python utils.py check-tpu
@@ -114,19 +117,26 @@ check-tpu:
 	$(BIN)/python utils.py check-tpu
 
 # Re-resolves every lock to the newest versions the requirement files allow, with uv (pip-compile resolves only for
-# the Python that runs it; uv for any version named). The test environment first, as it holds the most packages; the others take its
-# versions, so the tests check exactly what each install gets. Resolved for Python 3.10 on x86-64 Linux (TPU VMs,
-# GPU machines, CI), the oldest Python the README names: uv's --universal locks (one for every Python) cannot leave out Python
-# 3.14, where google-api-core's requirements conflict with TensorFlow 2.18's protobuf.
-LOCK := .venv-lock/bin/uv pip compile --quiet --python-version 3.10 --python-platform x86_64-manylinux_2_28 \
+# the Python that runs it; uv for any version named). One folder per Python the README names, as some packages
+# differ by version (Beam needs envoy-data-plane 0.2 on 3.10, 1.x on 3.11+), for x86-64 Linux (TPU VMs, GPU
+# machines, CI); uv's --universal lock (one file for every Python) cannot leave out Python 3.14, where
+# google-api-core's requirements conflict with TensorFlow 2.18's protobuf. The test environment first, as it holds
+# the most packages; the others take its versions, so the tests check exactly what each install gets.
+LOCK_PYTHONS := 3.10 3.11 3.12
+LOCK = .venv-lock/bin/uv pip compile --quiet --python-platform x86_64-manylinux_2_28 --python-version $$version \
 	--custom-compile-command "make lock"
+# The TPU build and libtpu come from Google's index, which the lock does not reach: tensorflow-tpu 2.18.0 requires
+# what tensorflow 2.18.0 requires plus libtpu, so the TPU lock holds TensorFlow's requirements without TensorFlow,
+# and `make install-tpu` adds the two exact pins of requirements-tpu.txt.
 lock:
 	[ -x .venv-lock/bin/uv ] || ($(PYTHON) -m venv .venv-lock && .venv-lock/bin/pip install --quiet uv==0.13.9)
-	$(LOCK) --upgrade requirements-test.txt -o locks/requirements-test.txt
-	$(LOCK) requirements-beam.txt -c locks/requirements-test.txt -o locks/requirements-beam.txt
-	$(LOCK) requirements.txt -c locks/requirements-test.txt -o locks/requirements.txt
-# The TPU build and libtpu come from Google's index, which the lock does not reach: tensorflow-tpu 2.18.0 requires
-# what tensorflow 2.18.0 requires plus libtpu, so the lock holds TensorFlow's requirements without TensorFlow, and
-# `make install-tpu` adds the two exact pins of requirements-tpu.txt.
-	grep '^cloud-tpu-client==' requirements-tpu.txt | $(LOCK) requirements.txt - -c locks/requirements-test.txt \
-		--no-emit-package tensorflow --no-emit-package tf-keras -o locks/requirements-tpu.txt
+	set -e; for version in $(LOCK_PYTHONS); do \
+		folder=locks/py$$version; \
+		$(LOCK) --upgrade requirements-test.txt -o $$folder/requirements-test.txt; \
+		$(LOCK) requirements-beam.txt -c $$folder/requirements-test.txt \
+			-o $$folder/requirements-beam.txt; \
+		$(LOCK) requirements.txt -c $$folder/requirements-test.txt -o $$folder/requirements.txt; \
+		grep '^cloud-tpu-client==' requirements-tpu.txt | \
+			$(LOCK) requirements.txt - -c $$folder/requirements-test.txt \
+			--no-emit-package tensorflow --no-emit-package tf-keras -o $$folder/requirements-tpu.txt; \
+	done
