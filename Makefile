@@ -17,6 +17,11 @@ BANKING77 ?=
 
 .PHONY: demo test smoke clean install-tpu check-tpu lock
 
+# Only when the lock is missing: a Python the README does not name.
+locks/%:
+	@echo "error: no $@: the locks are for Python $(LOCK_PYTHONS). Name one of those: make $(MAKECMDGOALS) \
+	PYTHON=python3.11 (or add yours to LOCK_PYTHONS and run make lock)"; exit 1
+
 # No pip upgrade: the locks leave pip nothing to resolve, so the pip each Python ships installs them as fast.
 $(VENV)/.installed: $(LOCKS)/requirements.txt
 	@if [ -f $(VENV)/.installed-tpu ]; then echo "error: $(VENV) holds TensorFlow's TPU build (make install-tpu), \
