@@ -291,10 +291,9 @@ def test_running_a_finished_run_again_says_it_is_complete(train_args, tmp_path):
     assert json.loads((tmp_path / "model" / "training_results.json").read_text())["saved_model_step"] == 6
 
 
-
 def test_the_seed_sets_the_initial_weights(train_args, tmp_path):
-    """--seed decides the model that training starts from (on every Python the README names: tf-keras' own
-    seeding fails on 3.12), seen in the evaluation before the first step, on the same masked batches."""
+    """--seed decides the model that training starts from, seen in the evaluation before the first step (on the
+    same masked batches). utils.set_up_training seeds without keras.utils.set_random_seed, which fails on 3.12."""
     losses = {}
     for name, seed in (("first", 7), ("again", 7), ("other", 8)):
         result = run_script("run_mlm.py", *train_args, "--max_steps", 3, "--seed", seed,
