@@ -1,9 +1,13 @@
 # Set-up and entry points. `make demo` runs the whole pipeline on a small model; `make test` runs the tests.
-# Both create .venv from the requirements files the first time (and again when those files change).
+# Both install into .venv from the locks of $(PYTHON)'s version in locks/ (exact versions, transitive ones
+# included): the demo what it runs, the tests the rest on top; each again when its lock changes.
+# `make lock` refreshes the locks.
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# The locks for the Python that creates the environment (locks/py3.10 to locks/py3.12).
+LOCKS := locks/py$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 # A folder holding train.txt and validation.txt, to run the demo on local files instead of the Hub's WikiText.
 DATA ?=
 OUT ?= demo-output
@@ -11,15 +15,26 @@ OUT ?= demo-output
 # of the Hub's copy.
 BANKING77 ?=
 
-.PHONY: demo test test-pytorch clean install-tpu check-tpu
+.PHONY: demo test test-pytorch smoke clean install-tpu check-tpu lock
 
-$(VENV)/.installed: requirements.txt requirements-libraries.txt requirements-beam.txt requirements-test.txt
+# Only when the lock is missing: a Python the README does not name.
+locks/%:
+	@echo "error: no $@: the locks are for Python $(LOCK_PYTHONS). Name one of those: make $(MAKECMDGOALS) \
+	PYTHON=python3.11 (or add yours to LOCK_PYTHONS and run make lock)"; exit 1
+
+# No pip upgrade: the locks leave pip nothing to resolve, so the pip each Python ships installs them as fast.
+$(VENV)/.installed: $(LOCKS)/requirements.txt
 	@if [ -f $(VENV)/.installed-tpu ]; then echo "error: $(VENV) holds TensorFlow's TPU build (make install-tpu), \
-	which installing the test requirements would replace with the plain build. Run the scripts with \
+	which installing the CPU requirements would replace with the plain build. Run the scripts with \
 	$(BIN)/python, or give the CPU environment a folder of its own: make $(MAKECMDGOALS) VENV=.venv-cpu"; exit 1; fi
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements-test.txt
+	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -r $(LOCKS)/requirements.txt
+	touch $@
+
+# Beam, pytest and the Cloud Storage emulator, on top of what the demo installed (the locks agree on every version
+# they share, so nothing installed before changes).
+$(VENV)/.installed-test: $(VENV)/.installed $(LOCKS)/requirements-test.txt
+	$(BIN)/pip install --quiet -r $(LOCKS)/requirements-test.txt
 	touch $@
 
 ifdef DATA
@@ -68,7 +83,7 @@ demo: $(VENV)/.installed
 		print("  from scratch     accuracy {accuracy:.1%}, macro-F1 {macro_f1:.3f}".format(**scratch)); \
 		print("  majority class   accuracy {majority_class_accuracy:.1%}".format(**pretrained))'
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest tests
 
 # The saved models loaded where users take them: 🤗 Transformers 5 with PyTorch, no TensorFlow, in an environment of
@@ -80,9 +95,26 @@ $(PYTORCH_VENV)/.installed:
 	$(PYTORCH_VENV)/bin/pip install --quiet torch==2.13.0 transformers==5.17.0
 	touch $@
 
-test-pytorch: $(VENV)/.installed $(PYTORCH_VENV)/.installed
+test-pytorch: $(VENV)/.installed-test $(PYTORCH_VENV)/.installed
 	PYTORCH_PYTHON=$(abspath $(PYTORCH_VENV))/bin/python $(BIN)/python -m pytest tests/test_export_model.py \
 		-k transformers_5
+
+# The four scripts end to end on the test data, a tiny model, in the demo's environment, in a minute or two: CI runs
+# it on the Pythons the README names that the test suite does not run on (make smoke PYTHON=python3.12 VENV=...).
+SMOKE := $(OUT)/smoke
+smoke: $(VENV)/.installed
+	$(BIN)/python train_unigram.py --train_file tests/data/wikitext-2/train.txt --vocab_size 500 \
+		--output_dir $(SMOKE)/tokenizer --overwrite
+	$(BIN)/python prepare_tfrecord_shards.py --train_file tests/data/wikitext-2/train.txt \
+		--validation_file tests/data/wikitext-2/validation.txt --tokenizer_name_or_path $(SMOKE)/tokenizer \
+		--max_length 32 --output_dir $(SMOKE)/tfrecords --overwrite
+	$(BIN)/python run_mlm.py --train_dataset $(SMOKE)/tfrecords/train --eval_dataset $(SMOKE)/tfrecords/validation \
+		--tokenizer $(SMOKE)/tokenizer --pretrained_model_config configs/roberta-base.json --config_overrides \
+		hidden_size=32,num_hidden_layers=1,num_attention_heads=2,intermediate_size=64 --max_length 32 \
+		--per_replica_batch_size 16 --warmup_steps 2 --max_steps 10 --output_dir $(SMOKE)/model --overwrite
+	$(BIN)/python run_classification.py --model_name_or_path $(SMOKE)/model --train_file tests/data/banking77/train.csv \
+		--test_file tests/data/banking77/test.csv --label_column category --max_length 32 --num_epochs 1 \
+		--per_replica_batch_size 16 --output_dir $(SMOKE)/classifier --overwrite
 
 clean:
 	rm -rf $(OUT)
@@ -92,8 +124,8 @@ clean:
 # the TPU build's in the `tensorflow/` folder that both write.
 install-tpu:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install -r requirements-tpu.txt
+	$(BIN)/pip install --quiet -r $(LOCKS)/requirements-tpu.txt
+	$(BIN)/pip install -r requirements-tpu.txt -c $(LOCKS)/requirements-tpu.txt
 	$(BIN)/pip install --no-deps $$(grep '^tf-keras==' requirements.txt)
 	touch $(VENV)/.installed-tpu
 	$(BIN)/python utils.py check-tpu
@@ -101,3 +133,28 @@ install-tpu:
 # Prints "TPU build of TensorFlow X, libtpu Y: ..." when TensorFlow drives this machine's TPU, else what is wrong.
 check-tpu:
 	$(BIN)/python utils.py check-tpu
+
+# Re-resolves every lock to the newest versions the requirement files allow, with uv (pip-compile resolves only for
+# the Python that runs it; uv for any version named). One folder per Python the README names, as some packages
+# differ by version (Beam needs envoy-data-plane 0.2 on 3.10, 1.x on 3.11+), for x86-64 Linux (TPU VMs, GPU
+# machines, CI); uv's --universal lock (one file for every Python) cannot leave out Python 3.14, where
+# google-api-core's requirements conflict with TensorFlow 2.18's protobuf. The test environment first, as it holds
+# the most packages; the others take its versions, so the tests check exactly what each install gets.
+LOCK_PYTHONS := 3.10 3.11 3.12
+LOCK = .venv-lock/bin/uv pip compile --quiet --python-platform x86_64-manylinux_2_28 --python-version $$version \
+	--custom-compile-command "make lock"
+# The TPU build and libtpu come from Google's index, which the lock does not reach: tensorflow-tpu 2.18.0 requires
+# what tensorflow 2.18.0 requires plus libtpu, so the TPU lock holds TensorFlow's requirements without TensorFlow,
+# and `make install-tpu` adds the two exact pins of requirements-tpu.txt.
+lock:
+	[ -x .venv-lock/bin/uv ] || ($(PYTHON) -m venv .venv-lock && .venv-lock/bin/pip install --quiet uv==0.13.9)
+	set -e; for version in $(LOCK_PYTHONS); do \
+		folder=locks/py$$version; \
+		$(LOCK) --upgrade requirements-test.txt -o $$folder/requirements-test.txt; \
+		$(LOCK) requirements-beam.txt -c $$folder/requirements-test.txt \
+			-o $$folder/requirements-beam.txt; \
+		$(LOCK) requirements.txt -c $$folder/requirements-test.txt -o $$folder/requirements.txt; \
+		grep '^cloud-tpu-client==' requirements-tpu.txt | \
+			$(LOCK) requirements.txt - -c $$folder/requirements-test.txt \
+			--no-emit-package tensorflow --no-emit-package tf-keras -o $$folder/requirements-tpu.txt; \
+	done

@@ -311,3 +311,16 @@ def test_an_unfinished_run_resumes_only_with_its_own_batch_and_steps(train_args,
     result = run_script("run_mlm.py", *train_args, "--max_steps", 10, expect_failure=True)
     assert_fails_before_building_the_model(result, "checkpointed at step 20, beyond the 10 steps this command asks "
                                                    "for", "--max_steps 20 or more")
+
+
+def test_the_seed_sets_the_initial_weights(train_args, tmp_path):
+    """--seed decides the model that training starts from, seen in the evaluation before the first step (on the
+    same masked batches). utils.set_up_training seeds without keras.utils.set_random_seed, which fails on 3.12."""
+    losses = {}
+    for name, seed in (("first", 7), ("again", 7), ("other", 8)):
+        result = run_script("run_mlm.py", *train_args, "--max_steps", 3, "--seed", seed,
+                            "--output_dir", tmp_path / name)
+        losses[name] = [line.split(" run_mlm: ", 1)[1] for line in result.stderr.splitlines()
+                        if "Evaluation before training: loss" in line]
+    assert len(losses["first"]) == 1, losses
+    assert losses["first"] == losses["again"] and losses["first"] != losses["other"], losses
