@@ -74,6 +74,10 @@ def parse_args():
     data.add_argument("--validation_split_percentage", type=float, default=10,
                       help="Without validation data: the percentage of each class of the training data held out "
                            "for validation (default: %(default)s).")
+    data.add_argument("--examples_per_label", type=int,
+                      help="Train on this many examples of each label only, a sample drawn with --seed from the "
+                           "training data left after the validation split, to measure the few-shot regime "
+                           "(default: all of them).")
     data.add_argument("--max_length", type=int, default=64,
                       help="Tokens per text; longer texts are cut, shorter ones padded (default: %(default)s).")
 
@@ -104,8 +108,8 @@ def parse_args():
                           help="Stop after this many epochs without a better validation accuracy (default: train "
                                "every epoch). Either way, the best epoch's weights are the ones kept.")
     training.add_argument("--seed", type=int, default=42,
-                          help="Seed for the validation split, the new weights and the data order (default: "
-                               "%(default)s).")
+                          help="Seed for the validation split, the --examples_per_label sample, the new weights and "
+                               "the data order (default: %(default)s).")
 
     output = parser.add_argument_group("output")
     output.add_argument("--output_dir", default="classification-model",
@@ -119,7 +123,7 @@ def parse_args():
         parser.error("give either --train_file (with --validation_file and --test_file if you have them) or "
                      "--dataset_name.")
     for flag in ("num_cpu_replicas", "max_length", "per_replica_batch_size", "num_epochs",
-                 "early_stopping_patience", "steps_per_execution"):
+                 "early_stopping_patience", "steps_per_execution", "examples_per_label"):
         value = getattr(args, flag)
         if value is not None and value < 1:
             parser.error(f"--{flag} must be positive, got {value}.")
@@ -240,6 +244,20 @@ def stratified_split(labels, percentage, seed):
         validation.extend(indices[:num_validation])
         train.extend(indices[num_validation:])
     return sorted(train), sorted(validation)
+
+
+def sample_per_label(labels, examples_per_label, seed):
+    """Sorted indices of exactly `examples_per_label` examples of each label, drawn at random with `seed`."""
+    rng = np.random.default_rng(seed)
+    sample = []
+    for label in sorted(set(labels)):  # Python strings, so that the error message shows the label as written.
+        indices = np.flatnonzero(np.asarray(labels) == label)
+        if len(indices) < examples_per_label:
+            raise SystemExit(f"error: the label {label!r} has {len(indices)} training examples (after the "
+                             f"validation split), fewer than --examples_per_label {examples_per_label}. Lower "
+                             "--examples_per_label, or add examples of that label.")
+        sample.extend(rng.choice(indices, examples_per_label, replace=False))
+    return sorted(sample)
 
 
 def encode(tokenizer, texts, labels, label2id, max_length):
@@ -456,6 +474,12 @@ def prepare_data(args, tokenizer):
         columns["validation"] = [texts[i] for i in validation], [labels[i] for i in validation]
         logger.info("Validation: %d examples held out of the training data (%g %% of each label)",
                     len(validation), args.validation_split_percentage)
+    if args.examples_per_label:
+        # Drawn after the validation split, so that the few-shot model is still chosen on examples it never saw.
+        texts, labels = columns["train"]
+        sample = sample_per_label(labels, args.examples_per_label, args.seed)
+        columns["train"] = [texts[i] for i in sample], [labels[i] for i in sample]
+        logger.info("Training on %d examples of each label (--examples_per_label)", args.examples_per_label)
     label2id = {label: i for i, label in enumerate(label_names)}
     encoded = {split: encode(tokenizer, *columns[split], label2id, args.max_length)
                for split in SPLITS if split in columns}
@@ -589,6 +613,7 @@ def main(args):
         write_tensorboard_results(os.path.join(args.output_dir, "logs"), results, step=best_epoch)
         results.update(model_name_or_path=args.model_name_or_path, from_scratch=args.from_scratch,
                        num_labels=len(label_names), train_examples=len(encoded["train"][1]),
+                       examples_per_label=args.examples_per_label,
                        max_length=args.max_length, num_replicas=strategy.num_replicas_in_sync,
                        global_batch_size=args.per_replica_batch_size * strategy.num_replicas_in_sync,
                        learning_rate=args.learning_rate, num_epochs=args.num_epochs, seed=args.seed,

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from helpers import REPO, run_script, unfinished_copy
-from run_classification import classification_metrics, evaluation_dataset, load_splits, stratified_split
+from run_classification import (classification_metrics, evaluation_dataset, load_splits, sample_per_label,
+                                stratified_split)
 
 BANKING77 = REPO / "tests" / "data" / "banking77"
 TEST_EXAMPLES = 37  # Not a multiple of any batch below.
@@ -95,6 +96,30 @@ def test_stratified_split_keeps_every_label_on_both_sides():
     assert {labels[i] for i in train} == {"a", "b", "c", "d"}
     assert stratified_split(labels, 10, seed=0) == (train, validation)
     assert stratified_split(labels, 10, seed=1) != (train, validation)
+
+
+def test_sample_per_label_is_stratified_exact_and_seeded():
+    labels = ["a"] * 50 + ["b"] * 9 + ["c"] * 3
+    sample = sample_per_label(labels, 3, seed=0)
+    assert sample == sorted(set(sample))  # Sorted, no example twice.
+    assert all([labels[i] for i in sample].count(label) == 3 for label in "abc")
+    assert sample_per_label(labels, 3, seed=0) == sample
+    assert any(sample_per_label(labels, 3, seed=seed) != sample for seed in (1, 2))
+    # Every example of a label can be drawn: the sample is not always the first ones.
+    drawn = {i for seed in range(20) for i in sample_per_label(labels, 3, seed=seed)}
+    assert {i for i, label in enumerate(labels) if label == "b"} <= drawn
+    with pytest.raises(SystemExit, match="the label 'c' has 3 training examples .* fewer than --examples_per_label 4"):
+        sample_per_label(labels, 4, seed=0)
+
+
+def test_examples_per_label_trains_on_the_sample_only(pretrained_model_dir, tmp_path):
+    output_dir = tmp_path / "model"
+    run_script("run_classification.py", *fine_tune_args(pretrained_model_dir, output_dir), "--num_epochs", 1,
+               "--examples_per_label", 4)
+    results = json.loads((output_dir / "eval_results.json").read_text())
+    # 6 labels of 4; validation is still 10 % of each label of the whole training data, never from the sample.
+    assert results["train_examples"] == 24 and results["examples_per_label"] == 4
+    assert results["validation"]["num_examples"] == 12
 
 
 def test_class_label_columns_give_label_names(tmp_path):
@@ -184,6 +209,8 @@ def test_bad_data(pretrained_model_dir, tmp_path):
     unseen = write_csv(tmp_path / "unseen.csv", [("where is my card", "card_arrival"), ("hi", "greeting")])
     assert_fails([*args, "--validation_file", unseen],
                  "the validation data has labels that the training data does not: ['greeting']")
+    assert_fails([*args, "--examples_per_label", 19], "has 18 training examples (after the validation split), "
+                 "fewer than --examples_per_label 19")
     unlabeled = write_csv(tmp_path / "unlabeled.csv", [("where is my card", ""), ("hi", " ")])
     assert_fails([*args, "--test_file", unlabeled], "the test data has no label in any of its 2 rows",
                  "its column 'category' is empty")

@@ -1,0 +1,166 @@
+#!/usr/bin/env python
+"""What pre-training buys: a pre-trained encoder against the same architecture from random weights, on a text
+classification task (BANKING77 by default), over several seeds, with mean and spread.
+
+Two measurements, each for the pre-trained model (--model, a folder that run_mlm.py saved) and for random weights
+of the same config:
+
+- a frozen-encoder probe: the encoder's features of each text, at the `<s>` position and averaged over the text's
+  tokens, with a linear softmax classifier trained on top (tf-keras, the encoder never updated). It measures what
+  the representation holds, apart from how well it fine-tunes.
+- fine-tuning by run_classification.py, with --examples_per_label K (the few-shot regime) and, with --full_data,
+  on all the training data; pre-trained and --from_scratch with the same flags and seeds.
+
+The seeds draw the K-per-label sample, the validation split, the random weights and the data order. The test split
+only ever scores: the linear probe trains a fixed number of epochs, and fine-tuning keeps the epoch of best
+accuracy on validation data held out from the training file.
+
+    python benchmarks/fine_tuning.py --model demo-output/model     # tests/data's slice of BANKING77: a quick check
+    python benchmarks/fine_tuning.py --model demo-output/model --train_file banking77/train.csv \\
+        --test_file banking77/test.csv --full_data     # the figures of benchmarks/README.md
+"""
+
+import argparse
+import csv
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from common import REPO, describe_machine, load_average, print_table
+
+BANKING77 = REPO / "tests" / "data" / "banking77"
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="The folder run_mlm.py saved.")
+    parser.add_argument("--train_file", default=BANKING77 / "train.csv",
+                        help="CSV training data (default: %(default)s, a 6-intent slice shipped for the tests).")
+    parser.add_argument("--test_file", default=BANKING77 / "test.csv", help="CSV test data (default: %(default)s).")
+    parser.add_argument("--label_column", default="category", help="(default: %(default)s)")
+    parser.add_argument("--examples_per_label", type=int, default=10, help="K of the few-shot runs (default: 10).")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="(default: %(default)s)")
+    parser.add_argument("--max_length", type=int, default=32, help="Tokens per text (default: %(default)s).")
+    parser.add_argument("--learning_rate", type=float, default=1e-3, help="Fine-tuning (default: %(default)s).")
+    parser.add_argument("--few_shot_epochs", type=int, default=30, help="(default: %(default)s)")
+    parser.add_argument("--full_data_epochs", type=int, default=4, help="(default: %(default)s)")
+    parser.add_argument("--full_data", action="store_true", help="Also fine-tune on all the training data.")
+    parser.add_argument("--probe_only", action="store_true", help="Run the frozen-encoder probe only.")
+    return parser.parse_args()
+
+
+def read_csv(path, label_column):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    return [row["text"] for row in rows], [row[label_column] for row in rows]
+
+
+def encoder_features(encoder, tokenizer, texts, max_length):
+    """[texts, 2 x hidden]: the last layer's vector at `<s>`, and its mean over the text's tokens (not the padding)."""
+    features = []
+    for start in range(0, len(texts), 256):
+        batch = tokenizer(texts[start:start + 256], padding="max_length", truncation=True, max_length=max_length,
+                          return_tensors="tf", return_token_type_ids=False)
+        hidden = encoder(**batch, training=False).last_hidden_state.numpy()
+        mask = batch["attention_mask"].numpy()[..., None]
+        features.append(np.concatenate([hidden[:, 0], (hidden * mask).sum(1) / mask.sum(1)], axis=1))
+    return np.concatenate(features)
+
+
+def linear_probe_accuracy(train_x, train_y, test_x, test_y, num_labels, seed):
+    """Test accuracy of softmax regression on standardized features (the scale of random and trained encoders
+    differs), trained full-batch for a fixed number of epochs: nothing is chosen on the test data."""
+    import tf_keras as keras
+
+    mean, std = train_x.mean(0), train_x.std(0) + 1e-6
+    keras.utils.set_random_seed(seed)
+    probe = keras.Sequential([keras.layers.Dense(num_labels, kernel_regularizer=keras.regularizers.l2(1e-3))])
+    probe.compile(optimizer=keras.optimizers.Adam(1e-2),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    probe.fit((train_x - mean) / std, train_y, batch_size=len(train_y), epochs=300, verbose=0)
+    return probe.evaluate((test_x - mean) / std, test_y, verbose=0)[1]
+
+
+def probe(args, train, test, label_names):
+    """{(weights, features): [test accuracy per seed]} for pre-trained and random weights, `<s>` and mean."""
+    from transformers import AutoConfig, AutoTokenizer, TFAutoModel
+    import tf_keras as keras
+    from run_classification import sample_per_label
+
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    label2id = {label: i for i, label in enumerate(label_names)}
+    test_y = np.array([label2id[label] for label in test[1]])
+    results = {}
+    for weights in ("pre-trained", "random"):
+        for seed in args.seeds:
+            keras.utils.set_random_seed(seed)
+            encoder = (TFAutoModel.from_pretrained(args.model) if weights == "pre-trained"
+                       else TFAutoModel.from_config(AutoConfig.from_pretrained(args.model)))
+            sample = sample_per_label(train[1], args.examples_per_label, seed)
+            train_x = encoder_features(encoder, tokenizer, [train[0][i] for i in sample], args.max_length)
+            train_y = np.array([label2id[train[1][i]] for i in sample])
+            test_x = encoder_features(encoder, tokenizer, test[0], args.max_length)
+            hidden = train_x.shape[1] // 2
+            for name, columns in (("<s>", slice(0, hidden)), ("mean", slice(hidden, None))):
+                accuracy = linear_probe_accuracy(train_x[:, columns], train_y, test_x[:, columns], test_y,
+                                                 len(label_names), seed)
+                results.setdefault((weights, name), []).append(accuracy)
+    return results
+
+
+def fine_tune(args, folder, from_scratch, seed, extra):
+    """Test accuracy of one run_classification.py run."""
+    output_dir = f"{folder}/run"
+    command = [sys.executable, str(REPO / "run_classification.py"), "--model_name_or_path", args.model,
+               "--train_file", args.train_file, "--test_file", args.test_file, "--label_column", args.label_column,
+               "--max_length", args.max_length, "--learning_rate", args.learning_rate, "--seed", seed,
+               "--output_dir", output_dir, "--overwrite", "--no_tpu", *extra]
+    if from_scratch:
+        command.append("--from_scratch")
+    result = subprocess.run([str(part) for part in command], capture_output=True, text=True)
+    if result.returncode:
+        raise SystemExit(f"run_classification.py failed:\n{result.stderr[-2000:]}")
+    with open(f"{output_dir}/eval_results.json") as f:
+        return json.load(f)["test"]["accuracy"]
+
+
+def spread(values):
+    """mean ± standard deviation (over seeds), in %, and the values."""
+    deviation = statistics.stdev(values) if len(values) > 1 else 0.0
+    return (f"{100 * statistics.mean(values):.1f} ± {100 * deviation:.1f} "
+            f"({' / '.join(f'{100 * value:.1f}' for value in values)})")
+
+
+def main(args):
+    train, test = read_csv(args.train_file, args.label_column), read_csv(args.test_file, args.label_column)
+    label_names = sorted(set(train[1]))
+    print(describe_machine())
+    print(f"{args.model}; {len(label_names)} labels; test {len(test[1])} texts; max_length {args.max_length}; "
+          f"seeds {args.seeds}\n")
+
+    rows = [[f"{weights}, linear probe on `{name}`, {args.examples_per_label} per label", spread(accuracies)]
+            for (weights, name), accuracies in probe(args, train, test, label_names).items()]
+    print_table(["frozen encoder", "test accuracy, % (mean ± sd (seeds))"], rows)
+    if args.probe_only:
+        return
+
+    regimes = [(f"{args.examples_per_label} per label, {args.few_shot_epochs} epochs",
+                ["--examples_per_label", args.examples_per_label, "--num_epochs", args.few_shot_epochs])]
+    if args.full_data:
+        regimes.append((f"all training data, {args.full_data_epochs} epochs", ["--num_epochs", args.full_data_epochs]))
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for regime, extra in regimes:
+            accuracies = {arm: [fine_tune(args, folder, arm == "from scratch", seed, extra) for seed in args.seeds]
+                          for arm in ("pre-trained", "from scratch")}
+            rows.append([regime, spread(accuracies["pre-trained"]), spread(accuracies["from scratch"])])
+    print_table(["fine-tuning", "pre-trained, %", "from scratch, %"], rows)
+    print(f"load average at the end: {load_average():.1f}")
+
+
+if __name__ == "__main__":
+    main(parse_args())
