@@ -83,8 +83,8 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from utils import (ATTENTION_MASK, FILE_BUILDERS, INCOMPLETE_MARKER_NAME, INPUT_IDS, MANIFEST_NAME,
-                   MIN_MAX_LENGTH, SHARD_NAME, TOKEN_COUNTS_NAME, Manifest, add_corpus_arguments, batches_of_texts, check_gcs_path,
+from utils import (ATTENTION_MASK, FILE_BUILDERS, INCOMPLETE_MARKER_NAME, INPUT_IDS, MANIFEST_NAME, MIN_MAX_LENGTH,
+                   SHARD_NAME, TOKEN_COUNTS_NAME, Manifest, add_corpus_arguments, batches_of_texts, check_gcs_path,
                    check_output_dir, data_files_format, gcs_client, is_gcs_path, iter_text_file_batches,
                    iter_text_file_lines, load_auto_tokenizer, local_copy, open_binary, open_text, split_gcs_path,
                    text_batches, vocabulary_fingerprint)

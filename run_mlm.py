@@ -493,9 +493,9 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
     if not training:
         batches = batches.repeat()
     # Without tf.data's autotuning, the parallel reads and maps run at a fixed parallelism set from the number of
-    # cores, and the prefetch buffer still grows as needed. With it, deleting an iterator (at the end of every fit call) could wait up to 60 s: the
-    # tuning thread, woken by the cancellation before TensorFlow marks it done, goes back to sleep for the rest of
-    # its period (tf.data's CancellationManager and Model::OptimizeLoop, TensorFlow 2.18).
+    # cores, and the prefetch buffer still grows as needed. With it, deleting an iterator (at the end of every fit
+    # call) could wait up to 60 s: the tuning thread, woken by the cancellation before TensorFlow marks it done,
+    # goes back to sleep for the rest of its period (tf.data's CancellationManager and Model::OptimizeLoop).
     options = tf.data.Options()
     options.autotune.enabled = False
     return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
