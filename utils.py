@@ -823,23 +823,29 @@ def set_up_training(args, input_paths):
     """What both training scripts do first, in this order; returns (strategy, on_tpu, jit_compile). The gs://
     paths first: a missing bucket or permission must not wait for a TPU to start. Then the strategy, before any
     TensorFlow op; then the seeds and the precision, before any model is built."""
-    import numpy as np
-    import tensorflow as tf
     import tf_keras as keras
 
     for path in input_paths:
         check_gcs_path(path)
     check_gcs_path(args.output_dir, write=True)
     strategy, on_tpu = choose_strategy(args)
-    # What keras.utils.set_random_seed does, less the seed generator it also installs: tf-keras 2.18 draws from that
-    # one with random.randint(1, 1e9), which Python 3.12 refuses (a float bound). Without it, tf-keras draws its
-    # layers' seeds with random.randint(1, int(1e9)) from Python's own generator, seeded here just the same.
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    tf.random.set_seed(args.seed)
+    set_seed(args.seed)
     if args.bfloat16:
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
     return strategy, on_tpu, use_jit_compile(args, on_tpu)
+
+
+def set_seed(seed):
+    """Seeds Python, NumPy and TensorFlow: what keras.utils.set_random_seed does, less the seed generator it also
+    installs. tf-keras 2.18 draws from that one with random.randint(1, 1e9), which Python 3.12 refuses (a float
+    bound); without it, tf-keras draws its layers' seeds with random.randint(1, int(1e9)) from Python's own
+    generator, seeded here just the same."""
+    import numpy as np
+    import tensorflow as tf
+
+    random.seed(seed)
+    np.random.seed(seed)
+    tf.random.set_seed(seed)
 
 
 def use_jit_compile(args, on_tpu):

@@ -76,8 +76,10 @@ def linear_probe_accuracy(train_x, train_y, test_x, test_y, num_labels, seed):
     differs), trained full-batch for a fixed number of epochs: nothing is chosen on the test data."""
     import tf_keras as keras
 
+    from utils import set_seed
+
     mean, std = train_x.mean(0), train_x.std(0) + 1e-6
-    keras.utils.set_random_seed(seed)
+    set_seed(seed)
     probe = keras.Sequential([keras.layers.Dense(num_labels, kernel_regularizer=keras.regularizers.l2(1e-3))])
     probe.compile(optimizer=keras.optimizers.Adam(1e-2),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
@@ -88,8 +90,8 @@ def linear_probe_accuracy(train_x, train_y, test_x, test_y, num_labels, seed):
 def probe(args, train, test, label_names):
     """{(weights, features): [test accuracy per seed]} for pre-trained and random weights, `<s>` and mean."""
     from transformers import AutoConfig, AutoTokenizer, TFAutoModel
-    import tf_keras as keras
     from run_classification import sample_per_label
+    from utils import set_seed
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     label2id = {label: i for i, label in enumerate(label_names)}
@@ -97,7 +99,7 @@ def probe(args, train, test, label_names):
     results = {}
     for weights in ("pre-trained", "random"):
         for seed in args.seeds:
-            keras.utils.set_random_seed(seed)
+            set_seed(seed)
             encoder = (TFAutoModel.from_pretrained(args.model) if weights == "pre-trained"
                        else TFAutoModel.from_config(AutoConfig.from_pretrained(args.model)))
             sample = sample_per_label(train[1], args.examples_per_label, seed)

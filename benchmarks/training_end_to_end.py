@@ -48,14 +48,13 @@ def parse_args():
 
 def train_original_path(args, steps):
     """The original example's training path, for `steps` steps."""
-    import tf_keras as keras
     from transformers import AutoConfig, AutoTokenizer, TFAutoModelForMaskedLM, create_optimizer
 
     import tensorflow as tf
     from run_mlm import find_shards, make_dataset
-    from utils import MANIFEST_NAME
+    from utils import MANIFEST_NAME, set_seed
 
-    keras.utils.set_random_seed(0)
+    set_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     with open(os.path.join(args.train_dataset, MANIFEST_NAME)) as f:
         length = json.load(f)["max_length"]

@@ -41,6 +41,7 @@ import tf_keras as keras  # noqa: E402
 from transformers import RobertaConfig, TFAutoModelForMaskedLM, create_optimizer  # noqa: E402
 
 from run_mlm import MaskedLMTrainer, default_max_predictions, mask_tokens  # noqa: E402
+from utils import set_seed  # noqa: E402
 
 PATHS = ("original", "full", "gathered")
 STRATEGIES = ("default", "one_device", "mirrored")
@@ -115,7 +116,7 @@ def make_strategy(name):
 
 def measure(args, path, strategy_name, jit, steps_per_execution):
     """Builds one model, compiles it, times its steady steps; returns the figures as a dict."""
-    keras.utils.set_random_seed(0)
+    set_seed(0)
     config = RobertaConfig(vocab_size=args.vocab, hidden_size=args.hidden, num_hidden_layers=args.layers,
                            num_attention_heads=args.heads, intermediate_size=args.intermediate,
                            max_position_embeddings=args.length + 2)

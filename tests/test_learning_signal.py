@@ -9,6 +9,7 @@ import tf_keras as keras
 from transformers import RobertaConfig, TFAutoModelForMaskedLM
 
 from run_mlm import MaskedLMTrainer, frequency_log_probs, mask_tokens, start_from_token_frequencies
+from utils import set_seed
 
 SPECIAL_IDS = [0, 1, 2, 3, 4]  # <s>, <pad>, </s>, <unk>, <mask>, as train_unigram.py lays them out.
 MASK_ID = 4
@@ -64,7 +65,7 @@ def counting_batches(seed, num_batches, batch_size=32, length=32, cycle=40):
 
 
 def test_a_model_learns_far_beyond_token_frequency_where_the_context_tells():
-    keras.utils.set_random_seed(0)
+    set_seed(0)
     train, token_counts = counting_batches(seed=1, num_batches=64)
     evaluation, _ = counting_batches(seed=2, num_batches=8)
     trainer = MaskedLMTrainer(tiny_mlm(45, 32), MASK_ID, frequency_log_probs=frequency_log_probs(token_counts,
@@ -81,7 +82,7 @@ def test_a_model_learns_far_beyond_token_frequency_where_the_context_tells():
 
 
 def test_a_new_model_starts_at_the_frequency_table_with_the_output_bias_set_from_it():
-    keras.utils.set_random_seed(0)
+    set_seed(0)
     # Ordinary ids of very unequal frequencies: a model that has not learned them is far worse than the table.
     rng = np.random.default_rng(3)
     ids = rng.choice(np.arange(5, 45), p=np.arange(1, 41) ** 3 / np.sum(np.arange(1, 41) ** 3), size=(64, 16))
