@@ -44,7 +44,7 @@ import tf_keras as keras
 from transformers import AutoConfig, AutoTokenizer, TFAutoModelForSequenceClassification, create_optimizer
 
 from utils import (MODELS_WITH_POSITION_OFFSET, add_hardware_arguments, check_output_dir, count_hosts,
-                   data_files_format, is_gcs_path, local_copy, model_card_usage, save_final_folder, save_pytorch_copy,
+                   data_files_format, local_copy, model_card_usage, model_name, save_final_folder, save_pytorch_copy,
                    set_up_training, strategy_name)
 
 logger = logging.getLogger("run_classification")
@@ -249,9 +249,10 @@ def stratified_split(labels, percentage, seed):
 def sample_per_label(labels, examples_per_label, seed):
     """Sorted indices of exactly `examples_per_label` examples of each label, drawn at random with `seed`."""
     rng = np.random.default_rng(seed)
+    label_array = np.asarray(labels)
     sample = []
     for label in sorted(set(labels)):  # Python strings, so that the error message shows the label as written.
-        indices = np.flatnonzero(np.asarray(labels) == label)
+        indices = np.flatnonzero(label_array == label)
         if len(indices) < examples_per_label:
             raise SystemExit(f"error: the label {label!r} has {len(indices)} training examples (after the "
                              f"validation split), fewer than --examples_per_label {examples_per_label}. Lower "
@@ -535,8 +536,6 @@ def evaluate(args, strategy, trainer, encoded, label_names):
 
 def write_model_card(folder, args, config, results):
     """A README.md for the Hub, written into `folder`: what the model was fine-tuned from, on what, how well."""
-    model_name = os.path.basename(args.output_dir.rstrip("/") if is_gcs_path(args.output_dir)
-                                  else os.path.abspath(args.output_dir))
     scores = "\n".join(f"- {split.capitalize()}: accuracy {metrics['accuracy']:.3f}, macro-F1 "
                        f"{metrics['macro_f1']:.3f} (majority class: accuracy {metrics['majority_class_accuracy']:.3f})"
                        for split, metrics in results.items() if split in ("validation", "test"))
@@ -545,7 +544,7 @@ library_name: transformers
 tags: [text-classification, tensorflow, pytorch]
 ---
 
-# {model_name}
+# {model_name(args.output_dir)}
 
 A {config.model_type} text classifier of {config.num_labels} labels, fine-tuned with TensorFlow from
 `{args.model_name_or_path}`{" (random weights: --from_scratch)" if args.from_scratch else ""} on

@@ -55,8 +55,8 @@ from transformers import AutoConfig, TFAutoModelForMaskedLM, create_optimizer
 from utils import (ATTENTION_MASK, INCOMPLETE_MARKER_NAME, INPUT_IDS, MANIFEST_NAME, MIN_MAX_LENGTH,
                    MODELS_WITH_POSITION_OFFSET, SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME, Manifest,
                    add_hardware_arguments, count_hosts, host_addresses, is_gcs_path, load_auto_tokenizer, local_copy,
-                   model_card_usage, save_final_folder, save_pytorch_copy, set_up_training, strategy_name,
-                   vocabulary_fingerprint)
+                   model_card_usage, model_name, save_final_folder, save_pytorch_copy, set_up_training,
+                   strategy_name, vocabulary_fingerprint)
 
 logger = logging.getLogger("run_mlm")
 def parse_args():
@@ -948,9 +948,12 @@ class TrainingRun(keras.callbacks.Callback):
     def save_config(self, config, tokenizer):
         """The config and tokenizer, beside the checkpoints (in {output_dir}/checkpoints/config): with them,
         export_model.py makes a model folder of the last checkpoint while the run is still going or interrupted."""
+        def write(folder):
+            config.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+
         if self.is_chief:
-            save_final_folder(os.path.join(self.output_dir, "checkpoints", "config"),
-                              lambda folder: (config.save_pretrained(folder), tokenizer.save_pretrained(folder)),
+            save_final_folder(os.path.join(self.output_dir, "checkpoints", "config"), write,
                               "The checkpoints' config and tokenizer")
 
     @property
@@ -1058,15 +1061,12 @@ class TensorBoardLogger(keras.callbacks.Callback):
 def write_model_card(folder, args, results):
     """A README.md for the Hub, written into `folder`: what was trained, on what, for how long, and how well."""
     eval_lines = "\n".join(f"| {name} | {value:.4f} |" for name, value in results.get("final_eval", {}).items())
-    # Named after --output_dir, even when the card is written to a local copy of a gs:// folder.
-    model_name = os.path.basename(args.output_dir.rstrip("/") if is_gcs_path(args.output_dir)
-                                  else os.path.abspath(args.output_dir))
     card = f"""---
 library_name: transformers
 tags: [fill-mask, tensorflow, pytorch, masked-lm]
 ---
 
-# {model_name}
+# {model_name(args.output_dir)}
 
 A {results['model_type']} masked language model pre-trained from scratch with TensorFlow
 (`run_mlm.py` of a TF + 🤗 Transformers TPU pre-training pipeline).

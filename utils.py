@@ -569,6 +569,12 @@ def save_pytorch_copy(model, tokenizer, folder):
     save_file(tensors, os.path.join(pytorch_dir, "model.safetensors"), metadata={"format": "pt"})
 
 
+def model_name(output_dir):
+    """The name a model card gives the model: the last part of its --output_dir, even when the card is written to a
+    local copy of a gs:// folder."""
+    return os.path.basename(output_dir.rstrip("/") if is_gcs_path(output_dir) else os.path.abspath(output_dir))
+
+
 def model_card_usage(task, example):
     """The "Use" section of a model card: the `task` pipeline on `example`, with PyTorch and with TensorFlow."""
     return f"""## Use
