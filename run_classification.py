@@ -54,7 +54,8 @@ SPLITS = ("train", "validation", "test")
 NUM_WORST = 5
 
 
-def parse_args():
+def parse_args(argv=None):
+    """The flags of `argv` (default: the command line), checked."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_hardware_arguments(parser)
 
@@ -117,7 +118,7 @@ def parse_args():
                              "(default: %(default)s).")
     output.add_argument("--overwrite", action="store_true", help="Write into --output_dir even if it is not empty.")
     output.add_argument("--hub_model_id", help="Push the model and tokenizer to this Hub repository.")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     if bool(args.train_file) == bool(args.dataset_name):
         parser.error("give either --train_file (with --validation_file and --test_file if you have them) or "

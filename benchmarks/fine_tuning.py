@@ -13,35 +13,37 @@ of the same config:
 
 The seeds draw the K-per-label sample, the validation split, the random weights and the data order. The test split
 only ever scores: the linear probe trains a fixed number of epochs, and fine-tuning keeps the epoch of best
-accuracy on validation data held out from the training file.
+accuracy on validation data held out from the training file. Every flag this script does not know goes to
+run_classification.py unchanged: the data (--train_file, --test_file, --label_column, or --dataset_name), and any
+other of its flags (--per_replica_batch_size, ...). `make demo` runs this comparison, without the probe, as its
+last step.
 
     python benchmarks/fine_tuning.py --model demo-output/model     # tests/data's slice of BANKING77: a quick check
     python benchmarks/fine_tuning.py --model demo-output/model --train_file banking77/train.csv \\
-        --test_file banking77/test.csv --full_data     # the figures of benchmarks/README.md
+        --test_file banking77/test.csv --label_column category --full_data     # the figures of benchmarks/README.md
 """
 
 import argparse
-import csv
 import json
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
 from common import REPO, describe_machine, load_average, print_table
 
 BANKING77 = REPO / "tests" / "data" / "banking77"
+# Without data flags: the 6-intent slice of BANKING77 shipped for the tests.
+DEFAULT_DATA_FLAGS = ["--train_file", str(BANKING77 / "train.csv"), "--test_file", str(BANKING77 / "test.csv"),
+                      "--label_column", "category"]
 
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="The folder run_mlm.py saved.")
-    parser.add_argument("--train_file", default=BANKING77 / "train.csv",
-                        help="CSV training data (default: %(default)s, a 6-intent slice shipped for the tests).")
-    parser.add_argument("--test_file", default=BANKING77 / "test.csv", help="CSV test data (default: %(default)s).")
-    parser.add_argument("--label_column", default="category", help="(default: %(default)s)")
     parser.add_argument("--examples_per_label", type=int, default=10, help="K of the few-shot runs (default: 10).")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="(default: %(default)s)")
     parser.add_argument("--max_length", type=int, default=32, help="Tokens per text (default: %(default)s).")
@@ -49,14 +51,15 @@ def parse_args():
     parser.add_argument("--few_shot_epochs", type=int, default=30, help="(default: %(default)s)")
     parser.add_argument("--full_data_epochs", type=int, default=4, help="(default: %(default)s)")
     parser.add_argument("--full_data", action="store_true", help="Also fine-tune on all the training data.")
-    parser.add_argument("--probe_only", action="store_true", help="Run the frozen-encoder probe only.")
-    return parser.parse_args()
-
-
-def read_csv(path, label_column):
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    return [row["text"] for row in rows], [row[label_column] for row in rows]
+    probe = parser.add_mutually_exclusive_group()
+    probe.add_argument("--probe_only", action="store_true", help="Run the frozen-encoder probe only.")
+    probe.add_argument("--no_probe", action="store_true", help="Fine-tune only.")
+    parser.add_argument("--output_dir",
+                        help="Keep each fine-tuning run (model, eval_results.json) in a folder of its own here "
+                             "(default: a temporary folder, deleted at the end).")
+    args, args.data_flags = parser.parse_known_args()
+    args.data_flags = args.data_flags or DEFAULT_DATA_FLAGS
+    return args
 
 
 def encoder_features(encoder, tokenizer, texts, max_length):
@@ -87,12 +90,14 @@ def linear_probe_accuracy(train_x, train_y, test_x, test_y, num_labels, seed):
     return probe.evaluate((test_x - mean) / std, test_y, verbose=0)[1]
 
 
-def probe(args, train, test, label_names):
-    """{(weights, features): [test accuracy per seed]} for pre-trained and random weights, `<s>` and mean."""
+def probe(args, train, test):
+    """{(weights, features): [test accuracy per seed]} for pre-trained and random weights, `<s>` and mean, given
+    the (texts, labels) of the train and test splits."""
     from transformers import AutoConfig, AutoTokenizer, TFAutoModel
     from run_classification import sample_per_label
     from utils import set_seed
 
+    label_names = sorted(set(train[1]))
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     label2id = {label: i for i, label in enumerate(label_names)}
     test_y = np.array([label2id[label] for label in test[1]])
@@ -114,20 +119,18 @@ def probe(args, train, test, label_names):
     return results
 
 
-def fine_tune(args, folder, from_scratch, seed, extra):
-    """Test accuracy of one run_classification.py run."""
-    output_dir = f"{folder}/run"
+def fine_tune(args, output_dir, from_scratch, seed, extra):
+    """The test results of one run_classification.py run (eval_results.json's "test")."""
     command = [sys.executable, str(REPO / "run_classification.py"), "--model_name_or_path", args.model,
-               "--train_file", args.train_file, "--test_file", args.test_file, "--label_column", args.label_column,
-               "--max_length", args.max_length, "--learning_rate", args.learning_rate, "--seed", seed,
-               "--output_dir", output_dir, "--overwrite", "--no_tpu", *extra]
+               *args.data_flags, "--max_length", args.max_length, "--learning_rate", args.learning_rate,
+               "--seed", seed, "--output_dir", output_dir, "--overwrite", "--no_tpu", *extra]
     if from_scratch:
         command.append("--from_scratch")
     result = subprocess.run([str(part) for part in command], capture_output=True, text=True)
     if result.returncode:
         raise SystemExit(f"run_classification.py failed:\n{result.stderr[-2000:]}")
     with open(f"{output_dir}/eval_results.json") as f:
-        return json.load(f)["test"]["accuracy"]
+        return json.load(f)["test"]
 
 
 def spread(values):
@@ -137,31 +140,56 @@ def spread(values):
             f"({' / '.join(f'{100 * value:.1f}' for value in values)})")
 
 
-def main(args):
-    train, test = read_csv(args.train_file, args.label_column), read_csv(args.test_file, args.label_column)
-    label_names = sorted(set(train[1]))
-    print(describe_machine())
-    print(f"{args.model}; {len(label_names)} labels; test {len(test[1])} texts; max_length {args.max_length}; "
-          f"seeds {args.seeds}\n")
+def compare_fine_tuning(args, folder):
+    """Fine-tunes the pre-trained model and the same architecture from scratch with the same flags and seeds, in
+    each regime, printing each run as it ends; returns the table's rows and the majority-class accuracy."""
+    regimes = [(f"{args.examples_per_label} per label, {args.few_shot_epochs} epochs",
+                f"{args.examples_per_label}-per-label",
+                ["--examples_per_label", args.examples_per_label, "--num_epochs", args.few_shot_epochs])]
+    if args.full_data:
+        regimes.append((f"all training data, {args.full_data_epochs} epochs", "all",
+                        ["--num_epochs", args.full_data_epochs]))
+    rows = []
+    for regime, regime_folder, extra in regimes:
+        accuracies = {}
+        for arm, arm_folder in (("pre-trained", "pretrained"), ("from scratch", "from-scratch")):
+            for seed in args.seeds:
+                start = time.perf_counter()
+                results = fine_tune(args, f"{folder}/{regime_folder}-{arm_folder}-seed{seed}", arm == "from scratch",
+                                    seed, extra)
+                accuracies.setdefault(arm, []).append(results["accuracy"])
+                print(f"{regime}, {arm}, seed {seed}: test accuracy {results['accuracy']:.1%} "
+                      f"({time.perf_counter() - start:.0f} s)", flush=True)
+        gain = statistics.mean(accuracies["pre-trained"]) - statistics.mean(accuracies["from scratch"])
+        rows.append([regime, spread(accuracies["pre-trained"]), spread(accuracies["from scratch"]),
+                     f"{100 * gain:+.1f}"])
+    return rows, results["majority_class_accuracy"]
 
-    rows = [[f"{weights}, linear probe on `{name}`, {args.examples_per_label} per label", spread(accuracies)]
-            for (weights, name), accuracies in probe(args, train, test, label_names).items()]
-    print_table(["frozen encoder", "test accuracy, % (mean ± sd (seeds))"], rows)
+
+def main(args):
+    from run_classification import load_splits, parse_args as parse_classification_args
+
+    # The data flags, checked and read as run_classification.py does.
+    splits = load_splits(parse_classification_args(["--model_name_or_path", args.model, *args.data_flags]))
+    if "test" not in splits:
+        raise SystemExit("error: both measurements score on a test split, and the data has none: add --test_file.")
+    print(describe_machine())
+    print(f"{args.model}; {' '.join(args.data_flags)}; max_length {args.max_length}; seeds {args.seeds}\n",
+          flush=True)
+
+    if not args.no_probe:
+        rows = [[f"{weights}, linear probe on `{name}`, {args.examples_per_label} per label", spread(accuracies)]
+                for (weights, name), accuracies in probe(args, splits["train"], splits["test"]).items()]
+        print_table(["frozen encoder", "test accuracy, % (mean ± sd (seeds))"], rows)
     if args.probe_only:
         return
 
-    regimes = [(f"{args.examples_per_label} per label, {args.few_shot_epochs} epochs",
-                ["--examples_per_label", args.examples_per_label, "--num_epochs", args.few_shot_epochs])]
-    if args.full_data:
-        regimes.append((f"all training data, {args.full_data_epochs} epochs", ["--num_epochs", args.full_data_epochs]))
-    rows = []
-    with tempfile.TemporaryDirectory() as folder:
-        for regime, extra in regimes:
-            accuracies = {arm: [fine_tune(args, folder, arm == "from scratch", seed, extra) for seed in args.seeds]
-                          for arm in ("pre-trained", "from scratch")}
-            rows.append([regime, spread(accuracies["pre-trained"]), spread(accuracies["from scratch"])])
-    print_table(["fine-tuning", "pre-trained, %", "from scratch, %"], rows)
-    print(f"load average at the end: {load_average():.1f}")
+    with tempfile.TemporaryDirectory() as temporary_folder:
+        rows, majority_class = compare_fine_tuning(args, args.output_dir or temporary_folder)
+    print()
+    print_table(["fine-tuning, test accuracy", "pre-trained, % (mean ± sd (seeds))", "from scratch, %",
+                 "gain, points"], rows)
+    print(f"majority class: {majority_class:.1%}; load average at the end: {load_average():.1f}")
 
 
 if __name__ == "__main__":

@@ -122,6 +122,30 @@ def test_examples_per_label_trains_on_the_sample_only(pretrained_model_dir, tmp_
     assert results["validation"]["num_examples"] == 12
 
 
+def test_the_demos_comparison_fine_tunes_both_arms_with_the_same_flags(pretrained_model_dir, tmp_path):
+    # benchmarks/fine_tuning.py, the last step of `make demo`: the flags it does not know go to run_classification.py.
+    data_and_batch = ["--train_file", BANKING77 / "train.csv", "--test_file", BANKING77 / "test.csv",
+                      "--label_column", "category", "--per_replica_batch_size", 8]
+    result = run_script("benchmarks/fine_tuning.py", "--model", pretrained_model_dir, *data_and_batch, "--seeds", 1,
+                        "--examples_per_label", 4, "--few_shot_epochs", 1, "--no_probe", "--output_dir", tmp_path)
+    accuracies = {}
+    for arm in ("pretrained", "from-scratch"):
+        results = json.loads((tmp_path / f"4-per-label-{arm}-seed1" / "eval_results.json").read_text())
+        assert results["train_examples"] == 24 and results["num_epochs"] == 1 and results["seed"] == 1
+        assert results["from_scratch"] == (arm == "from-scratch")
+        accuracies[arm] = results["test"]["accuracy"]
+    # The table shows both arms (one seed: no spread) and the gap between them.
+    row = next(line for line in result.stdout.splitlines() if line.startswith("| 4 per label, 1 epochs"))
+    assert f"{100 * accuracies['pretrained']:.1f} ± 0.0" in row and f"{100 * accuracies['from-scratch']:.1f} ± 0.0" in row
+    assert row.rstrip(" |").endswith(f"{100 * (accuracies['pretrained'] - accuracies['from-scratch']):+.1f}")
+
+
+def test_the_demos_comparison_checks_the_data_flags_before_training(pretrained_model_dir, tmp_path):
+    result = run_script("benchmarks/fine_tuning.py", "--model", pretrained_model_dir, "--train_file",
+                        tmp_path / "missing.csv", "--no_probe", "--output_dir", tmp_path, expect_failure=True)
+    assert "missing.csv' does not exist" in result.stderr and not any(tmp_path.iterdir())
+
+
 def test_class_label_columns_give_label_names(tmp_path):
     # As in the Hub's BANKING77: labels stored as integers, their names in the dataset's features. Parquet keeps
     # the features; a local folder read as a dataset stands in for the Hub (offline).
