@@ -14,17 +14,14 @@ goes through the google-cloud-storage client, which is light to import. Both use
 """
 
 import atexit
-import collections
 import copy
 import dataclasses
 import functools
-import glob
 import hashlib
 import io
 import itertools
 import json
 import logging
-import mmap
 import os
 import posixpath
 import random
@@ -610,17 +607,6 @@ print(pipe("{example}"))
 MODELS_WITH_POSITION_OFFSET = ("roberta", "xlm-roberta", "camembert", "roberta-prelayernorm")
 
 
-# Every TPU chip is a PCI device of Google's vendor id; its device id names the generation (v2 and v3 share one,
-# told apart by the subsystem id). These are the ids that Google's tpu-info tool reads.
-GOOGLE_PCI_VENDOR_ID = "0x1ae0"
-TPU_GENERATIONS = {("0x0027", "0x004e"): "v2", ("0x0027", "0x004f"): "v3", "0x005e": "v4", "0x0062": "v5p",
-                   "0x0063": "v5e", "0x006f": "v6e", "0x0076": "7x"}
-# A TPU chip's device file: /dev/accel0, 1, ... for v2 to v4; /dev/vfio/0, 1, ... for v5e and later.
-TPU_DEVICE_FILE = re.compile(r"/dev/(accel|vfio/)\d+$")
-INSTALL_TPU_ADVICE = ("Install TensorFlow's TPU build as the README's \"On a TPU VM, from nothing\" says "
-                      "(`make install-tpu`), then check it with `python utils.py check-tpu`.")
-
-
 def add_hardware_arguments(parser):
     """The hardware flags of the two training scripts, as an argparse group."""
     hardware = parser.add_argument_group("hardware")
@@ -654,130 +640,6 @@ def add_hardware_arguments(parser):
     return hardware
 
 
-def local_tpu_chips(root="/"):
-    """The TPU chips attached to this machine, by generation, e.g. {"v4": 4}; {} on a machine without any. Read
-    from the PCI devices in sysfs, as JAX, PyTorch/XLA and tpu-info do: this works before (and without) any TPU
-    software. Should sysfs not show them, /dev/accel* files (v2 to v4) count as chips of unknown generation.
-    `root` lets tests point at a fake tree."""
-    chips = {}
-    for device in glob.glob(os.path.join(root, "sys/bus/pci/devices/*")):
-        ids = {}
-        for name in ("vendor", "device", "subsystem_device"):
-            try:
-                with open(os.path.join(device, name)) as f:
-                    ids[name] = f.read().strip()
-            except OSError:
-                ids[name] = None
-        if ids["vendor"] != GOOGLE_PCI_VENDOR_ID:
-            continue
-        generation = (TPU_GENERATIONS.get((ids["device"], ids["subsystem_device"]))
-                      or TPU_GENERATIONS.get(ids["device"]))
-        if generation:  # Google's other PCI devices (e.g. its network cards) are not TPUs.
-            chips[generation] = chips.get(generation, 0) + 1
-    if not chips:
-        accel_files = glob.glob(os.path.join(root, "dev/accel[0-9]*"))
-        if accel_files:
-            chips["unknown generation"] = len(accel_files)
-    return chips
-
-
-def describe_chips(chips):
-    return ", ".join(f"{count} x TPU {generation}" for generation, count in chips.items())
-
-
-def tpu_holders(root="/"):
-    """{pid: command line} of the processes, this one left out, that hold a TPU device file open."""
-    holders = {}
-    for fd in glob.glob(os.path.join(root, "proc/[0-9]*/fd/*")):
-        try:
-            target = os.readlink(fd)
-        except OSError:  # The process ended, or is not ours to look at.
-            continue
-        pid = int(fd.split(os.sep)[-3])
-        if TPU_DEVICE_FILE.search(target) and pid != os.getpid():
-            try:
-                with open(os.path.join(root, f"proc/{pid}/cmdline"), "rb") as f:
-                    holders[pid] = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-            except OSError:
-                holders[pid] = "?"
-    return holders
-
-
-# TensorFlow's TPU builds find the TPU runtime, libtpu.so, through this environment variable (or in the libtpu
-# package); the code that reads it is compiled into TPU builds only, and the CPU/GPU builds hold no such string.
-TPU_RUNTIME_LOADER = b"TPU_LIBRARY_PATH"
-
-TensorFlowBuild = collections.namedtuple("TensorFlowBuild", "distribution version tpu_support installed")
-
-
-def tensorflow_build(path=None):
-    """What the installed TensorFlow is, as a TensorFlowBuild; None when there is none. `path` lets tests use a
-    fake site-packages folder.
-
-    - `tpu_support`: whether its libraries can load the TPU runtime: true for `tensorflow-tpu` and the TensorFlow
-      of Google's tpu-vm-tf-* images, false for the `tensorflow` wheels of PyPI.
-    - `distribution`, `version`: the distribution that owns the `tensorflow` package folder. The CPU/GPU and TPU
-      builds write the same folder, and pip lets both be installed (tf-keras, for one, depends on `tensorflow`):
-      the one installed last silently owns the files: its shared libraries have, on disk, the sizes its RECORD gives.
-    - `installed`: every distribution that pip lists as providing the `tensorflow` package.
-    """
-    from importlib import metadata
-
-    installed, owner = [], None
-    for dist in metadata.distributions(**({"path": path} if path else {})):
-        files = dist.files or []
-        if not any(str(file) == "tensorflow/__init__.py" for file in files):
-            continue
-        installed.append(dist.metadata["Name"])
-        libraries = [file for file in files if file.parts[0] == "tensorflow" and ".so" in file.name and file.size]
-        if libraries and all(os.path.isfile(dist.locate_file(file))
-                             and os.path.getsize(dist.locate_file(file)) == file.size for file in libraries):
-            owner = dist
-    if owner is None:
-        return None
-    libraries = glob.glob(os.path.join(owner.locate_file("tensorflow"), "**", "*.so*"), recursive=True)
-    tpu_support = any(file_contains(library, TPU_RUNTIME_LOADER) for library in libraries)
-    return TensorFlowBuild(owner.metadata["Name"], owner.version, tpu_support, sorted(installed))
-
-
-def file_contains(path, data):
-    """Whether the file `path` holds the bytes `data`: read through mmap, a gigabyte takes a second."""
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            return False
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as contents:
-            return contents.find(data) >= 0
-
-
-def describe_build(build):
-    """Why a TensorFlow `build` (see tensorflow_build) cannot drive a TPU, or None when it can."""
-    if build is None:
-        return "no installed TensorFlow owns the files of the `tensorflow` package folder."
-    if build.tpu_support:
-        return None
-    shadowed = [name for name in build.installed if name != build.distribution]
-    return (f"the installed TensorFlow, {build.distribution} {build.version}, is built for CPUs and GPUs only: it "
-            "cannot load the TPU runtime."
-            + (f" pip also lists {', '.join(shadowed)}, but its files were replaced by {build.distribution}'s, "
-               "installed after it (tf-keras, for one, depends on the plain `tensorflow`)." if shadowed else ""))
-
-
-def explain_unusable_tpu(chips, error, build, holders):
-    """Why TensorFlow could not use this machine's TPU `chips`, and what to do, as an error message: from the
-    `build` (see tensorflow_build) and the processes that hold the TPU (see tpu_holders)."""
-    if (problem := describe_build(build)) is not None:
-        cause = f"{problem} {INSTALL_TPU_ADVICE}"
-    elif holders:
-        processes = "; ".join(f"PID {pid}: {command}" for pid, command in holders.items())
-        cause = (f"another process holds the TPU ({processes}). A TPU serves one process at a time: stop it "
-                 "(`kill PID`), or wait for it to end. `sudo lsof -w /dev/accel* /dev/vfio/*` lists them too.")
-    else:
-        cause = (f"TensorFlow failed to start it: {type(error).__name__}: {error}\n"
-                 "Check the installation with `python utils.py check-tpu`.")
-    return (f"error: this machine has TPU chips ({describe_chips(chips)}), but TensorFlow cannot use them: {cause}\n"
-            "To train on this machine's CPU instead (much slower), pass --no_tpu.")
-
-
 def split_cpu(num_replicas):
     """Splits the CPU into `num_replicas` logical devices, when there is no GPU. Must run before TF starts up."""
     import tensorflow as tf
@@ -795,6 +657,9 @@ def choose_strategy(args, root="/"):
     import tensorflow as tf
 
     split_cpu(args.num_cpu_replicas)
+    # A machine with TPU chips uses them by default; the PCI probe that finds them lives with the diagnosis.
+    from diagnostics import local_tpu_chips
+
     chips = {} if args.no_tpu else local_tpu_chips(root)
     tpu_name = args.tpu_name or ("local" if chips else None)
     if tpu_name:
@@ -806,6 +671,8 @@ def choose_strategy(args, root="/"):
             return tf.distribute.TPUStrategy(resolver), True
         except Exception as err:  # Each TPU set-up failure has its own type; all mean "this TPU is not usable".
             if tpu_name == "local" and chips:
+                from diagnostics import explain_unusable_tpu, tensorflow_build, tpu_holders
+
                 raise SystemExit(explain_unusable_tpu(chips, err, tensorflow_build(), tpu_holders(root))) from err
             raise SystemExit(
                 f"error: cannot use the TPU {tpu_name!r}: {type(err).__name__}: {err}\n"
@@ -898,47 +765,7 @@ def strategy_name(strategy):
     return type(strategy).__name__
 
 
-def check_tpu_setup(root="/"):
-    """What `python utils.py check-tpu` prints on a TPU VM: the TensorFlow build and libtpu installed, the TPU chips
-    of this machine, and whether TensorFlow starts them. Returns the exit status: 0 when all is well."""
-    from importlib import metadata
-
-    build, chips = tensorflow_build(), local_tpu_chips(root)
-    try:
-        libtpu = f"libtpu {metadata.version('libtpu')}"
-    except metadata.PackageNotFoundError:  # Google's tpu-vm-tf-* images ship it as a plain file.
-        libtpu = os.environ.get("TPU_LIBRARY_PATH") or next(iter(glob.glob("/lib/libtpu.so")), None)
-    problems = []
-    if (problem := describe_build(build)) is not None:
-        problems.append(f"{problem} {INSTALL_TPU_ADVICE}")
-    elif libtpu is None:
-        problems.append(f"{build.distribution} {build.version} finds no TPU runtime: libtpu is not installed. "
-                        + INSTALL_TPU_ADVICE)
-    if not chips:
-        problems.append("this machine has no TPU chips (no PCI device of vendor 0x1ae0): run this on the TPU VM.")
-    if problems:
-        print("\n".join(f"error: {problem}" for problem in problems))
-        return 1
-    import tensorflow as tf
-
-    try:  # Starting the TPU is the one proof that the runtime and the chips work together.
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver("local")
-        tf.config.experimental_connect_to_cluster(resolver)
-        tf.tpu.experimental.initialize_tpu_system(resolver)
-    except Exception as err:  # Each TPU set-up failure has its own type.
-        print(explain_unusable_tpu(chips, err, build, tpu_holders(root)))
-        return 1
-    print(f"TPU build of TensorFlow {build.version} ({build.distribution}), {libtpu}: {describe_chips(chips)}, "
-          f"{len(tf.config.list_logical_devices('TPU'))} TPU devices started.")
-    return 0
-
-
 if __name__ == "__main__":
-    import argparse
-    import sys
+    from diagnostics import main  # `python utils.py check-tpu`, as the README and the Makefile say.
 
-    parser = argparse.ArgumentParser(description="Checks of the set-up. `check-tpu`: on a TPU VM, whether the "
-                                                 "TensorFlow installed drives its TPU.")
-    parser.add_argument("check", choices=["check-tpu"])
-    parser.parse_args()
-    sys.exit(check_tpu_setup())
+    main()
