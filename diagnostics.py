@@ -1,8 +1,9 @@
 """Diagnosis: what the scripts look at only when something has gone wrong, and `python utils.py check-tpu`.
 
-The TPU chips of this machine (from the PCI devices in sysfs), the TensorFlow build installed and whether it can
-drive a TPU, and the processes that hold the chips. utils.choose_strategy imports it to find the chips and to
-explain a TPU that does not start; nothing else on a successful run needs it.
+Where a text file stops being UTF-8; whether the Hub can be reached at all, checked before 🤗 Datasets would
+retry for a minute; the TPU chips of this machine (from the PCI devices in sysfs), the TensorFlow build installed
+and whether it can drive a TPU, and the processes that hold the chips. utils.py imports it to check the Hub before
+streaming a dataset, to find the chips and to explain an error; nothing else on a successful run needs it.
 """
 
 import argparse
@@ -12,6 +13,45 @@ import mmap
 import os
 import re
 import sys
+
+from utils import open_binary
+
+
+def check_hub_reachable(dataset_name):
+    """Fails at once when the Hub cannot be reached, instead of after a minute of retries in 🤗 Datasets."""
+    from huggingface_hub import HfApi, constants
+
+    if constants.HF_HUB_OFFLINE:  # Offline mode: 🤗 Datasets reads its local cache, if it has the dataset.
+        return
+    try:
+        HfApi().dataset_info(dataset_name, timeout=10)
+    except OSError as err:  # requests' connection and HTTP errors are OSErrors.
+        raise SystemExit(
+            f"error: cannot reach the dataset {dataset_name!r} on the Hugging Face Hub ({type(err).__name__}).\n"
+            "Without network access, train on local files instead: --train_file (and for the shards "
+            "--validation_file); with the Makefile, `make demo DATA=folder/with/train.txt/and/validation.txt`."
+        ) from err
+
+
+def not_utf8_error(path):
+    """The message for a text file that is not valid UTF-8: where its first invalid byte is, and how to convert it.
+    The text reader's error does not say where, so the file is read again in binary, line by line (no UTF-8
+    character holds the byte of "\\n": each line decodes on its own)."""
+    offset = 0
+    with open_binary(path) as f:
+        for line_number, line in enumerate(f, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                position = (f"line {line_number}, byte offset {offset + err.start} "
+                            f"(byte 0x{line[err.start]:02x})")
+                break
+            offset += len(line)
+        else:
+            position = "an unknown position"
+    return (f"error: the text file {path!r} is not UTF-8: the first invalid byte is at {position}. The scripts "
+            "read UTF-8 text only. Convert the file first, e.g. from Latin-1: "
+            f"`iconv -f latin1 -t utf-8 {path} > {path}.utf8`, then pass the converted file.")
 
 
 # Every TPU chip is a PCI device of Google's vendor id; its device id names the generation (v2 and v3 share one,

@@ -293,7 +293,9 @@ def load_text_splits(*, data_files=None, dataset_name=None, dataset_config=None,
     if data_files:
         return datasets.load_dataset(data_files_format(data_files), data_files=data_files, streaming=True)
 
-    _check_hub_reachable(dataset_name)
+    from diagnostics import check_hub_reachable
+
+    check_hub_reachable(dataset_name)
     try:
         corpus = datasets.load_dataset(dataset_name, dataset_config, streaming=True,
                                        trust_remote_code=trust_remote_code)
@@ -369,22 +371,6 @@ def data_files_format(data_files):
     return builders.pop()
 
 
-def _check_hub_reachable(dataset_name):
-    """Fails at once when the Hub cannot be reached, instead of after a minute of retries in 🤗 Datasets."""
-    from huggingface_hub import HfApi, constants
-
-    if constants.HF_HUB_OFFLINE:  # Offline mode: 🤗 Datasets reads its local cache, if it has the dataset.
-        return
-    try:
-        HfApi().dataset_info(dataset_name, timeout=10)
-    except OSError as err:  # requests' connection and HTTP errors are OSErrors.
-        raise SystemExit(
-            f"error: cannot reach the dataset {dataset_name!r} on the Hugging Face Hub ({type(err).__name__}).\n"
-            "Without network access, train on local files instead: --train_file (and for the shards "
-            "--validation_file); with the Makefile, `make demo DATA=folder/with/train.txt/and/validation.txt`."
-        ) from err
-
-
 def iter_text_batches(dataset, text_column, batch_size, limit=None):
     """Yields lists of up to `batch_size` texts from `dataset`, leaving out empty and whitespace-only texts;
     `limit` caps the records read (before empty ones are left out)."""
@@ -415,6 +401,8 @@ def iter_text_file_lines(files):
                 for line in f:
                     yield line.rstrip("\n")
             except UnicodeDecodeError as err:
+                from diagnostics import not_utf8_error
+
                 raise SystemExit(not_utf8_error(path)) from err
 
 
@@ -430,27 +418,6 @@ def batches_of_texts(texts, batch_size):
                 batch = []
     if batch:
         yield batch
-
-
-def not_utf8_error(path):
-    """The message for a text file that is not valid UTF-8: where its first invalid byte is, and how to convert it.
-    The text reader's error does not say where, so the file is read again in binary, line by line (no UTF-8
-    character holds the byte of "\\n": each line decodes on its own)."""
-    offset = 0
-    with open_binary(path) as f:
-        for line_number, line in enumerate(f, start=1):
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError as err:
-                position = (f"line {line_number}, byte offset {offset + err.start} "
-                            f"(byte 0x{line[err.start]:02x})")
-                break
-            offset += len(line)
-        else:
-            position = "an unknown position"
-    return (f"error: the text file {path!r} is not UTF-8: the first invalid byte is at {position}. The scripts "
-            "read UTF-8 text only. Convert the file first, e.g. from Latin-1: "
-            f"`iconv -f latin1 -t utf-8 {path} > {path}.utf8`, then pass the converted file.")
 
 
 # ----------------------------------------------------------------------------------------------------------------
