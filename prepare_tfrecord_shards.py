@@ -49,7 +49,7 @@ Speed: the tokenizer sets the pace (benchmarks/shard_preparation.py measures it)
 a background thread (on all cores with one process; on cores / workers threads each with several), while the main
 thread serializes and writes the samples of the previous batch. For text
 files, local output and a tokenizer from train_unigram.py, nothing slow to import is imported: not TensorFlow
-(3.7 s here, longer than tokenizing all of WikiText-2 takes), nor 🤗 Datasets or 🤗 Transformers (over a second
+(slower to import than a small corpus is to tokenize), nor 🤗 Datasets or 🤗 Transformers (over a second
 each). The records are serialized here, with numpy, into the very bytes that tf.io.TFRecordWriter writes for
 tf.train.Example(...).SerializeToString(deterministic=True) (see RecordSerializer; a test checks it); text files
 are read directly; such a tokenizer is loaded with 🤗 Tokenizers alone. TensorFlow's file layer comes in for gs://

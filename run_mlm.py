@@ -671,7 +671,7 @@ class MaskedLMTrainer(keras.Model):
         gradient_sums, stat_sums = None, None
         # A Python loop, unrolled into the graph, not a graph loop: without XLA, TensorFlow's graph optimizer
         # rewrites large gradient sums into accumulators whose temporary variables clash between the iterations of
-        # a loop nested in Keras' steps_per_execution loop (AlreadyExistsError, seen with a 5.8M-parameter model).
+        # a loop nested in Keras' steps_per_execution loop (AlreadyExistsError).
         # The graph, and compilation time, grow with the number of micro-batches.
         for i in range(steps):
             micro_batch = {name: value[i] for name, value in micro_batches.items()}

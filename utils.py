@@ -652,8 +652,8 @@ def choose_strategy(args, root="/"):
         return tf.distribute.MultiWorkerMirroredStrategy(), False
     devices = [device.name for device in tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")]
     if len(devices) == 1:
-        # MirroredStrategy over a single device still pays for its cross-replica machinery on every step (20 to
-        # 35 % of a small model's step on a CPU, benchmarks/README.md); OneDeviceStrategy keeps the same code path
+        # MirroredStrategy over a single device still pays for its cross-replica machinery on every step (its cost
+        # is measured in benchmarks/README.md); OneDeviceStrategy keeps the same code path
         # (scope, distributed datasets, replica context) without it.
         return tf.distribute.OneDeviceStrategy(devices[0]), False
     return tf.distribute.MirroredStrategy(devices), False
