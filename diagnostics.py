@@ -1,9 +1,11 @@
 """Diagnosis: what the scripts look at only when something has gone wrong, and `python utils.py check-tpu`.
 
 Where a text file stops being UTF-8; whether the Hub can be reached at all, checked before 🤗 Datasets would
-retry for a minute; the TPU chips of this machine (from the PCI devices in sysfs), the TensorFlow build installed
-and whether it can drive a TPU, and the processes that hold the chips. utils.py imports it to check the Hub before
-streaming a dataset, to find the chips and to explain an error; nothing else on a successful run needs it.
+retry for a minute; what to do when Cloud Storage refuses a path (credentials, bucket, permission); which shards
+are damaged, once TensorFlow reported a damaged record without naming its file; the TPU chips of this machine
+(from the PCI devices in sysfs), the TensorFlow build installed and whether it can drive a TPU, and the processes
+that hold the chips. utils.py and run_mlm.py import it to check the Hub before streaming a dataset, to find the
+chips and to explain an error; nothing else on a successful run needs it.
 """
 
 import argparse
@@ -56,6 +58,66 @@ def not_utf8_error(path):
 
 # Every TPU chip is a PCI device of Google's vendor id; its device id names the generation (v2 and v3 share one,
 # told apart by the subsystem id). These are the ids that Google's tpu-info tool reads.
+CREDENTIALS_ADVICE = (
+    "On a TPU VM, the VM's service account is used: create the VM with one that may use the bucket. Elsewhere, "
+    "run `gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service account's "
+    "key file.")
+
+
+
+def explain_gcs_error(path, bucket, err, *, write=False):
+    """The SystemExit that says what to do about `err`, raised by utils.check_gcs_path while reaching the gs://
+    `path` in `bucket` (no credentials, no such bucket, no permission, no connection); None for another error."""
+    from google.api_core import exceptions
+    from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError
+
+    if isinstance(err, DefaultCredentialsError):
+        return SystemExit(f"error: no Google Cloud credentials found to access {path!r}.\n{CREDENTIALS_ADVICE}")
+    if isinstance(err, exceptions.NotFound):
+        return SystemExit(
+            f"error: the bucket of {path!r} does not exist. Create it in the region of your TPU, e.g. "
+            f"`gcloud storage buckets create gs://{bucket} --location=us-central1`, or correct the path.")
+    if isinstance(err, exceptions.Forbidden):
+        return SystemExit(
+            f"error: no permission to {'write to' if write else 'read'} {path!r}: {err.message}\nGive the account "
+            "these scripts run as (on a TPU VM, the VM's service account; on a TPU Node, the Cloud TPU service "
+            "account too) a role on the bucket that allows it, "
+            f"e.g. `gcloud storage buckets add-iam-policy-binding gs://{bucket} --member=serviceAccount:ACCOUNT "
+            "--role=roles/storage.objectAdmin`.")
+    if isinstance(err, (exceptions.Unauthorized, GoogleAuthError)):
+        return SystemExit(f"error: Cloud Storage refused the credentials used for {path!r}: {err}\n"
+                          f"{CREDENTIALS_ADVICE}")
+    if isinstance(err, (exceptions.GoogleAPIError, OSError)):  # OSError: requests' connection errors.
+        return SystemExit(f"error: cannot reach Cloud Storage for {path!r}: {err}")
+    return None
+
+
+def damaged_shards(files):
+    """The files among `files` that TensorFlow cannot read to the end, each with where and why ("corrupted record
+    at BYTE": a bad checksum; "truncated record at BYTE": a cut-off file)."""
+    import tensorflow as tf
+
+    damaged = []
+    for file in files:
+        try:
+            tf.data.TFRecordDataset(file).reduce(0, lambda count, _: count + 1)  # Reads every record, in C++.
+        except tf.errors.DataLossError as err:
+            reason = re.search(r"(corrupted|truncated) record at \d+", err.message)
+            damaged.append(f"{file} ({reason.group(0) if reason else 'unreadable'})")
+    return damaged
+
+
+def explain_damaged_shards(files):
+    """The SystemExit naming the damaged shards among `files`, found by reading them all again, after TensorFlow
+    raised DataLossError without a file name; None when all of them read to the end."""
+    damaged = damaged_shards(files)
+    if not damaged:
+        return None
+    return SystemExit(
+        f"error: {len(damaged)} shard(s) cannot be read, they are damaged or truncated: {', '.join(damaged)}. "
+        "Copy the shards again, or write them again with prepare_tfrecord_shards.py (with --overwrite).")
+
+
 GOOGLE_PCI_VENDOR_ID = "0x1ae0"
 TPU_GENERATIONS = {("0x0027", "0x004e"): "v2", ("0x0027", "0x004f"): "v3", "0x005e": "v4", "0x0062": "v5p",
                    "0x0063": "v5e", "0x006f": "v6e", "0x0076": "7x"}

@@ -39,7 +39,6 @@ import json
 import logging
 import math
 import os
-import re
 import signal
 import sys
 import tempfile
@@ -383,19 +382,6 @@ def refuse_another_vocabulary(path, manifest, tokenizer, tokenizer_name):
         f"(prepare_tfrecord_shards.py --tokenizer_name_or_path {tokenizer_name} --overwrite ...).")
 
 
-def damaged_shards(files):
-    """The files among `files` that TensorFlow cannot read to the end, each with where and why ("corrupted record
-    at BYTE": a bad checksum; "truncated record at BYTE": a cut-off file)."""
-    damaged = []
-    for file in files:
-        try:
-            tf.data.TFRecordDataset(file).reduce(0, lambda count, _: count + 1)  # Reads every record, in C++.
-        except tf.errors.DataLossError as err:
-            reason = re.search(r"(corrupted|truncated) record at \d+", err.message)
-            damaged.append(f"{file} ({reason.group(0) if reason else 'unreadable'})")
-    return damaged
-
-
 @contextlib.contextmanager
 def damaged_shards_named(files):
     """Turns TensorFlow's DataLossError, raised inside fit or evaluate without a file name, into an error naming
@@ -403,13 +389,12 @@ def damaged_shards_named(files):
     try:
         yield
     except tf.errors.DataLossError:
-        damaged = damaged_shards(files)
-        if not damaged:
+        from diagnostics import explain_damaged_shards
+
+        explanation = explain_damaged_shards(files)
+        if explanation is None:
             raise
-        raise SystemExit(
-            f"error: {len(damaged)} shard(s) cannot be read, they are damaged or truncated: {', '.join(damaged)}. "
-            "Copy the shards again, or write them again with prepare_tfrecord_shards.py (with --overwrite)."
-        ) from None
+        raise explanation from None
 
 
 def batches_per_host(sizes, num_hosts, batch_size):

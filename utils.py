@@ -128,15 +128,9 @@ def folder_prefix(name):
     return name.rstrip("/") + "/" if name.rstrip("/") else ""
 
 
-CREDENTIALS_ADVICE = (
-    "On a TPU VM, the VM's service account is used: create the VM with one that may use the bucket. Elsewhere, "
-    "run `gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service account's "
-    "key file.")
-
-
 @functools.cache
 def gcs_client():
-    """A google-cloud-storage client with Application Default Credentials (see CREDENTIALS_ADVICE)."""
+    """A google-cloud-storage client with Application Default Credentials (see diagnostics.CREDENTIALS_ADVICE)."""
     from google.cloud import storage
 
     return storage.Client()
@@ -152,37 +146,22 @@ def check_gcs_path(path, *, write=False):
     """
     if not is_gcs_path(path):
         return
-    from google.api_core import exceptions
-    from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError
-
     bucket, name = split_gcs_path(path)
     prefix = re.split(r"[*?[]", name, maxsplit=1)[0]  # A glob (gs://bucket/train/*.tfrecord) up to its wildcard.
     try:
         client = gcs_client()
-    except DefaultCredentialsError as err:
-        raise SystemExit(f"error: no Google Cloud credentials found to access {path!r}.\n{CREDENTIALS_ADVICE}") from err
-    try:
         next(iter(client.list_blobs(bucket, prefix=prefix, max_results=1)), None)
         if write:
             probe = client.bucket(bucket).blob(posixpath.join(prefix, f".write-check-{uuid.uuid4().hex}"))
             probe.upload_from_string(b"")
             probe.delete()
-    except exceptions.NotFound as err:
-        raise SystemExit(
-            f"error: the bucket of {path!r} does not exist. Create it in the region of your TPU, e.g. "
-            f"`gcloud storage buckets create gs://{bucket} --location=us-central1`, or correct the path.") from err
-    except exceptions.Forbidden as err:
-        raise SystemExit(
-            f"error: no permission to {'write to' if write else 'read'} {path!r}: {err.message}\nGive the account "
-            "these scripts run as (on a TPU VM, the VM's service account; on a TPU Node, the Cloud TPU service "
-            "account too) a role on the bucket that allows it, "
-            f"e.g. `gcloud storage buckets add-iam-policy-binding gs://{bucket} --member=serviceAccount:ACCOUNT "
-            "--role=roles/storage.objectAdmin`.") from err
-    except (exceptions.Unauthorized, GoogleAuthError) as err:
-        raise SystemExit(f"error: Cloud Storage refused the credentials used for {path!r}: {err}\n"
-                         f"{CREDENTIALS_ADVICE}") from err
-    except (exceptions.GoogleAPIError, OSError) as err:  # OSError: requests' connection errors.
-        raise SystemExit(f"error: cannot reach Cloud Storage for {path!r}: {err}") from err
+    except Exception as err:
+        from diagnostics import explain_gcs_error  # The advice, loaded only when access failed.
+
+        explanation = explain_gcs_error(path, bucket, err, write=write)
+        if explanation is None:
+            raise
+        raise explanation from err
 
 
 def local_copy(path):
