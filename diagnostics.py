@@ -1,16 +1,18 @@
 """Diagnosis: what the scripts look at only when something has gone wrong, and `python utils.py check-tpu`.
 
 Where a text file stops being UTF-8; whether the Hub can be reached at all, checked before 🤗 Datasets would
-retry for a minute; what to do when Cloud Storage refuses a path (credentials, bucket, permission); which shards
-are damaged, once TensorFlow reported a damaged record without naming its file; the TPU chips of this machine
-(from the PCI devices in sysfs), the TensorFlow build installed and whether it can drive a TPU, and the processes
-that hold the chips. utils.py and run_mlm.py import it to check the Hub before streaming a dataset, to find the
-chips and to explain an error; nothing else on a successful run needs it.
+retry for a minute; what to do when Cloud Storage refuses a path (credentials, bucket, permission); what is wrong
+with a manifest that cannot be read; which shards are damaged, once TensorFlow reported a damaged record without
+naming its file; the TPU chips of this machine (from the PCI devices in sysfs), the TensorFlow build installed and
+whether it can drive a TPU, and the processes that hold the chips. utils.py and run_mlm.py import it to check the
+Hub before streaming a dataset, to find the chips and to explain an error; nothing else on a successful run needs it.
 """
 
 import argparse
 import collections
+import dataclasses
 import glob
+import json
 import mmap
 import os
 import re
@@ -89,6 +91,27 @@ def explain_gcs_error(path, bucket, err, *, write=False):
                           f"{CREDENTIALS_ADVICE}")
     if isinstance(err, (exceptions.GoogleAPIError, OSError)):  # OSError: requests' connection errors.
         return SystemExit(f"error: cannot reach Cloud Storage for {path!r}: {err}")
+    return None
+
+
+def manifest_error(manifest_class, data, path):
+    """The SystemExit saying what is wrong with the manifest in `data` (the bytes of the file at `path`), which
+    utils.Manifest.from_json could not read: not JSON, not an object, fields missing; None if nothing is."""
+    advice = "Write the shards again with prepare_tfrecord_shards.py (with --overwrite)."
+    try:
+        fields = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        return SystemExit(f"error: {path!r} is not valid JSON ({err}): it is damaged. {advice}")
+    if not isinstance(fields, dict):
+        return SystemExit(f"error: {path!r} is not a manifest of prepare_tfrecord_shards.py (a JSON object is "
+                          f"expected). {advice}")
+    missing = [field.name for field in dataclasses.fields(manifest_class)
+               if field.default is dataclasses.MISSING and field.name not in fields]
+    if not missing and isinstance(fields["shards"], list):
+        missing = sorted({f"shards[].{name}" for shard in fields["shards"] for name in ("file", "num_samples")
+                          if not isinstance(shard, dict) or name not in shard})
+    if missing:
+        return SystemExit(f"error: {path!r} lacks the field(s) {', '.join(missing)}. {advice}")
     return None
 
 

@@ -81,22 +81,23 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data, path):
-        """The manifest in `data` (the bytes of the file at `path`), or SystemExit saying what is wrong with it."""
-        advice = "Write the shards again with prepare_tfrecord_shards.py (with --overwrite)."
+        """The manifest in `data` (the bytes of the file at `path`), or SystemExit saying what is wrong with it
+        (see diagnostics.manifest_error)."""
         try:
             fields = json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise SystemExit(f"error: {path!r} is not valid JSON ({err}): it is damaged. {advice}") from None
-        if not isinstance(fields, dict):
-            raise SystemExit(f"error: {path!r} is not a manifest of prepare_tfrecord_shards.py (a JSON object is "
-                             f"expected). {advice}")
-        missing = [field.name for field in dataclasses.fields(cls)
-                   if field.default is dataclasses.MISSING and field.name not in fields]
-        if not missing and isinstance(fields["shards"], list):
-            missing = sorted({f"shards[].{name}" for shard in fields["shards"] for name in ("file", "num_samples")
-                              if not isinstance(shard, dict) or name not in shard})
-        if missing:
-            raise SystemExit(f"error: {path!r} lacks the field(s) {', '.join(missing)}. {advice}")
+            complete = all(isinstance(shard, dict) and name in shard for shard in fields["shards"]
+                           for name in ("file", "num_samples"))
+            manifest = cls(**{field.name: fields[field.name] for field in dataclasses.fields(cls)
+                              if field.name in fields})
+        except (ValueError, TypeError, KeyError):  # Not JSON, not an object, a field missing.
+            complete = False
+        if complete:
+            return manifest
+        from diagnostics import manifest_error  # What is wrong, loaded only once something is.
+
+        error = manifest_error(cls, data, path)
+        if error is not None:
+            raise error
         known = {field.name for field in dataclasses.fields(cls)}
         return cls(**{name: value for name, value in fields.items() if name in known})
 
