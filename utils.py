@@ -405,7 +405,24 @@ def batches_of_texts(texts, batch_size):
 
 
 def check_output_dir(path, overwrite):
-    """Refuses to write into a folder that already holds files, unless the user said `overwrite`; refuses a file."""
+    """Refuses to write into a folder that already holds files, unless the user said `overwrite`; refuses a file.
+    The output-folder policy of every script; run_mlm.py lets a folder hold a run it resumes (see
+    TrainingRun.prepare_output_dir), and clears an earlier run's state with clear_run_state, as run_classification.py
+    does."""
+    refuse_a_file(path)
+    if is_gcs_path(path):
+        bucket, name = split_gcs_path(path)
+        is_empty = next(iter(gcs_client().list_blobs(bucket, prefix=folder_prefix(name), max_results=1)),
+                        None) is None
+    else:
+        is_empty = not os.path.exists(path) or not os.listdir(path)
+    if not is_empty and not overwrite:
+        raise SystemExit(f"error: the output folder {path!r} is not empty. Choose another --output_dir, "
+                         "or pass --overwrite to replace what this run writes there.")
+
+
+def refuse_a_file(path):
+    """Stops when the --output_dir `path` (local or gs://) is a file."""
     if is_gcs_path(path):
         bucket, name = split_gcs_path(path)
         is_file = bool(name.rstrip("/")) and gcs_client().bucket(bucket).blob(name.rstrip("/")).exists()
@@ -414,14 +431,19 @@ def check_output_dir(path, overwrite):
     if is_file:
         raise SystemExit(f"error: --output_dir {path!r} is a file, not a folder. Choose another --output_dir "
                          "(a folder, which is created if it does not exist).")
-    if is_gcs_path(path):
-        is_empty = next(iter(gcs_client().list_blobs(bucket, prefix=folder_prefix(name), max_results=1)),
-                        None) is None
-    else:
-        is_empty = not os.path.exists(path) or not os.listdir(path)
-    if not is_empty and not overwrite:
-        raise SystemExit(f"error: the output folder {path!r} is not empty. Choose another --output_dir, "
-                         "or pass --overwrite to replace what this run writes there.")
+
+
+def clear_run_state(path, names):
+    """Deletes the files and folders `names` of the output folder `path` (local or gs://), left by an earlier run:
+    TensorBoard adds event files to what is there, and a checkpoint would be resumed."""
+    import tensorflow as tf
+
+    for name in names:
+        entry = os.path.join(path, name)
+        if tf.io.gfile.isdir(entry):
+            tf.io.gfile.rmtree(entry)
+        elif tf.io.gfile.exists(entry):
+            tf.io.gfile.remove(entry)
 
 
 def load_auto_tokenizer(local_path, name_or_path, flag):
@@ -552,6 +574,12 @@ print(pipe("{example}"))
 # RoBERTa-style models number positions from pad_token_id + 1, so they need that many more position embeddings
 # than the longest sequence (RoBERTa-base: 514 for 512 tokens).
 MODELS_WITH_POSITION_OFFSET = ("roberta", "xlm-roberta", "camembert", "roberta-prelayernorm")
+
+
+def position_offset(config):
+    """The position embeddings that `config`'s model uses beyond its longest sequence: pad_token_id + 1 for the
+    RoBERTa family, 0 for the others. run_mlm.py and run_classification.py check --max_length with it."""
+    return config.pad_token_id + 1 if config.model_type in MODELS_WITH_POSITION_OFFSET else 0
 
 
 def add_hardware_arguments(parser):
