@@ -3,9 +3,9 @@
 Where a text file stops being UTF-8; whether the Hub can be reached at all, checked before 🤗 Datasets would
 retry for a minute; what to do when Cloud Storage refuses a path (credentials, bucket, permission); what is wrong
 with a manifest that cannot be read; which shards are damaged, once TensorFlow reported a damaged record without
-naming its file; the TPU chips of this machine (from the PCI devices in sysfs), the TensorFlow build installed and
-whether it can drive a TPU, and the processes that hold the chips. utils.py and run_mlm.py import it to check the
-Hub before streaming a dataset, to find the chips and to explain an error; nothing else on a successful run needs it.
+naming its file; the TensorFlow build installed and whether it can drive the TPU chips that utils.local_tpu_chips
+found, and the processes that hold them. utils.py and run_mlm.py import it to check the Hub before streaming a
+dataset and to explain an error; nothing else on a successful run needs it.
 """
 
 import argparse
@@ -18,7 +18,7 @@ import os
 import re
 import sys
 
-from utils import open_binary
+from utils import local_tpu_chips, open_binary
 
 
 def check_hub_reachable(dataset_name):
@@ -58,8 +58,6 @@ def not_utf8_error(path):
             f"`iconv -f latin1 -t utf-8 {path} > {path}.utf8`, then pass the converted file.")
 
 
-# Every TPU chip is a PCI device of Google's vendor id; its device id names the generation (v2 and v3 share one,
-# told apart by the subsystem id). These are the ids that Google's tpu-info tool reads.
 CREDENTIALS_ADVICE = (
     "On a TPU VM, the VM's service account is used: create the VM with one that may use the bucket. Elsewhere, "
     "run `gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service account's "
@@ -141,40 +139,10 @@ def explain_damaged_shards(files):
         "Copy the shards again, or write them again with prepare_tfrecord_shards.py (with --overwrite).")
 
 
-GOOGLE_PCI_VENDOR_ID = "0x1ae0"
-TPU_GENERATIONS = {("0x0027", "0x004e"): "v2", ("0x0027", "0x004f"): "v3", "0x005e": "v4", "0x0062": "v5p",
-                   "0x0063": "v5e", "0x006f": "v6e", "0x0076": "7x"}
 # A TPU chip's device file: /dev/accel0, 1, ... for v2 to v4; /dev/vfio/0, 1, ... for v5e and later.
 TPU_DEVICE_FILE = re.compile(r"/dev/(accel|vfio/)\d+$")
 INSTALL_TPU_ADVICE = ("Install TensorFlow's TPU build as the README's \"On a TPU VM, from nothing\" says "
                       "(`make install-tpu`), then check it with `python utils.py check-tpu`.")
-
-
-def local_tpu_chips(root="/"):
-    """The TPU chips attached to this machine, by generation, e.g. {"v4": 4}; {} on a machine without any. Read
-    from the PCI devices in sysfs, as JAX, PyTorch/XLA and tpu-info do: this works before (and without) any TPU
-    software. Should sysfs not show them, /dev/accel* files (v2 to v4) count as chips of unknown generation.
-    `root` lets tests point at a fake tree."""
-    chips = {}
-    for device in glob.glob(os.path.join(root, "sys/bus/pci/devices/*")):
-        ids = {}
-        for name in ("vendor", "device", "subsystem_device"):
-            try:
-                with open(os.path.join(device, name)) as f:
-                    ids[name] = f.read().strip()
-            except OSError:
-                ids[name] = None
-        if ids["vendor"] != GOOGLE_PCI_VENDOR_ID:
-            continue
-        generation = (TPU_GENERATIONS.get((ids["device"], ids["subsystem_device"]))
-                      or TPU_GENERATIONS.get(ids["device"]))
-        if generation:  # Google's other PCI devices (e.g. its network cards) are not TPUs.
-            chips[generation] = chips.get(generation, 0) + 1
-    if not chips:
-        accel_files = glob.glob(os.path.join(root, "dev/accel[0-9]*"))
-        if accel_files:
-            chips["unknown generation"] = len(accel_files)
-    return chips
 
 
 def describe_chips(chips):

@@ -6,8 +6,9 @@
 - reading a text corpus, streamed, from the Hub or from text, JSON-lines or Parquet files (train_unigram.py and
   prepare_tfrecord_shards.py);
 - output folders, tokenizers and the Hub; the PyTorch copy of a saved model, and how a model card says to load it;
-- the models and hardware of the training scripts: their hardware flags, the tf.distribute strategy, and TPU chips
-  found in sysfs and whether the installed TensorFlow can drive them (`python utils.py check-tpu` on a TPU VM).
+- the models and hardware of the training scripts: their hardware flags, the tf.distribute strategy, and the TPU
+  chips found in sysfs (whether the installed TensorFlow can drive them is diagnostics.py's: `python utils.py
+  check-tpu` on a TPU VM).
 
 TensorFlow reads and writes gs:// paths itself (tf.io.gfile, TFRecord files, checkpoints); everything else here
 goes through the google-cloud-storage client, which is light to import. Both use Application Default Credentials.
@@ -17,6 +18,7 @@ import atexit
 import copy
 import dataclasses
 import functools
+import glob
 import hashlib
 import io
 import itertools
@@ -624,6 +626,40 @@ def split_cpu(num_replicas):
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * num_replicas)
 
 
+# Every TPU chip is a PCI device of Google's vendor id; its device id names the generation (v2 and v3 share one,
+# told apart by the subsystem id). These are the ids that Google's tpu-info tool reads.
+GOOGLE_PCI_VENDOR_ID = "0x1ae0"
+TPU_GENERATIONS = {("0x0027", "0x004e"): "v2", ("0x0027", "0x004f"): "v3", "0x005e": "v4", "0x0062": "v5p",
+                   "0x0063": "v5e", "0x006f": "v6e", "0x0076": "7x"}
+
+
+def local_tpu_chips(root="/"):
+    """The TPU chips attached to this machine, by generation, e.g. {"v4": 4}; {} on a machine without any. Read
+    from the PCI devices in sysfs, as JAX, PyTorch/XLA and tpu-info do: this works before (and without) any TPU
+    software. Should sysfs not show them, /dev/accel* files (v2 to v4) count as chips of unknown generation.
+    `root` lets tests point at a fake tree."""
+    chips = {}
+    for device in glob.glob(os.path.join(root, "sys/bus/pci/devices/*")):
+        ids = {}
+        for name in ("vendor", "device", "subsystem_device"):
+            try:
+                with open(os.path.join(device, name)) as f:
+                    ids[name] = f.read().strip()
+            except OSError:
+                ids[name] = None
+        if ids["vendor"] != GOOGLE_PCI_VENDOR_ID:
+            continue
+        generation = (TPU_GENERATIONS.get((ids["device"], ids["subsystem_device"]))
+                      or TPU_GENERATIONS.get(ids["device"]))
+        if generation:  # Google's other PCI devices (e.g. its network cards) are not TPUs.
+            chips[generation] = chips.get(generation, 0) + 1
+    if not chips:
+        accel_files = glob.glob(os.path.join(root, "dev/accel[0-9]*"))
+        if accel_files:
+            chips["unknown generation"] = len(accel_files)
+    return chips
+
+
 def choose_strategy(args, root="/"):
     """The tf.distribute strategy for this machine, and whether it is a TPU one. Call it before any TensorFlow op:
     the CPU is split into --num_cpu_replicas devices first, and MultiWorkerMirroredStrategy sets up its collective
@@ -632,9 +668,7 @@ def choose_strategy(args, root="/"):
     import tensorflow as tf
 
     split_cpu(args.num_cpu_replicas)
-    # A machine with TPU chips uses them by default; the PCI probe that finds them lives with the diagnosis.
-    from diagnostics import local_tpu_chips
-
+    # A machine with TPU chips uses them by default: the probe stays here, as every run without --no_tpu needs it.
     chips = {} if args.no_tpu else local_tpu_chips(root)
     tpu_name = args.tpu_name or ("local" if chips else None)
     if tpu_name:
