@@ -16,7 +16,7 @@ import logging
 import os
 
 from prepare_tfrecord_shards import finish_split, load_tokenizer, plan_parts, start_split, write_part
-from utils import (FILE_BUILDERS, MANIFEST_NAME, Manifest, batches_of_texts, is_gcs_path, iter_text_file_lines,
+from utils import (MANIFEST_NAME, Manifest, batches_of_texts, file_builder, is_gcs_path, iter_text_file_lines,
                    open_binary, open_text)
 
 logger = logging.getLogger("prepare_tfrecord_shards")
@@ -42,7 +42,7 @@ def beam_parts(files, part_size):
     parts of at most `part_size` bytes (see plan_parts), each Parquet file one part."""
     parts = []
     for path, size in files:
-        if FILE_BUILDERS[os.path.splitext(path)[1].lower()] == "parquet":
+        if file_builder(path) == "parquet":
             parts.append([(path, 0, size)])
         else:
             parts += plan_parts([path], [size], -(-size // part_size))  # ceil(size / part_size) parts.
@@ -54,7 +54,7 @@ def part_texts(part, text_column):
     reads JSON-lines and Parquet files from local disk only: text files line by line, JSON-lines files the
     `text_column` of each line, Parquet files that column of each row."""
     path = part[0][0]
-    data_format = FILE_BUILDERS[os.path.splitext(path)[1].lower()]
+    data_format = file_builder(path)
     if data_format == "text":
         yield from iter_text_file_lines(part)
     elif data_format == "json":
@@ -131,7 +131,7 @@ def run_beam_pipeline(data_files, args):
     split_parts = {}
     for split, patterns in data_files.items():
         files = match_files(patterns)
-        formats = {FILE_BUILDERS.get(os.path.splitext(path)[1].lower()) for path, _ in files}
+        formats = {file_builder(path) for path, _ in files}
         if None in formats or len(formats) > 1:
             raise SystemExit(f"error: the {split} files must all be text (.txt), JSON-lines (.jsonl, .json) or "
                              f"Parquet (.parquet) files, of one format: got {[path for path, _ in files]}.")

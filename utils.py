@@ -209,6 +209,12 @@ def upload_to_gcs(local_dir, path):
 FILE_BUILDERS = {".txt": "text", ".text": "text", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
 
+def file_builder(path):
+    """The 🤗 Datasets builder that reads the file `path`, by its extension ("text", "json", "parquet"); None for
+    an unknown one. The one format detection of the scripts and of beam_pipeline.py."""
+    return FILE_BUILDERS.get(os.path.splitext(path)[1].lower())
+
+
 def open_binary(path, chunk_size=None):
     """Opens a local or gs:// file for reading bytes; a gs:// file is downloaded `chunk_size` bytes at a time
     (default: google-cloud-storage's, 40 MiB)."""
@@ -330,13 +336,13 @@ def data_files_format(data_files):
     builders = set()
     for split, paths in data_files.items():
         for path in paths:
-            extension = os.path.splitext(path)[1].lower()
-            if extension not in FILE_BUILDERS:
+            builder = file_builder(path)
+            if builder is None:
                 raise SystemExit(
-                    f"error: cannot read {path!r}: unknown extension {extension!r}. "
+                    f"error: cannot read {path!r}: unknown extension {os.path.splitext(path)[1].lower()!r}. "
                     f"Use text ({', '.join(e for e, b in FILE_BUILDERS.items() if b == 'text')}), "
                     f"JSON lines (.json, .jsonl) or Parquet (.parquet) files.")
-            if is_gcs_path(path) and FILE_BUILDERS[extension] != "text":
+            if is_gcs_path(path) and builder != "text":
                 raise SystemExit(
                     f"error: cannot read {path!r}: JSON-lines and Parquet files are read from local disk only. Copy "
                     "them first (`gcloud storage cp`), or use text files, which are read from gs:// directly.")
@@ -347,7 +353,7 @@ def data_files_format(data_files):
                 exists = os.path.isfile(path)
             if not exists:
                 raise SystemExit(f"error: the {split} file {path!r} does not exist.")
-            builders.add(FILE_BUILDERS[extension])
+            builders.add(builder)
     if len(builders) > 1:
         raise SystemExit(f"error: all input files must have one format, got a mix of {sorted(builders)}.")
     return builders.pop()
