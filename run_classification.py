@@ -43,8 +43,8 @@ import tensorflow as tf
 import tf_keras as keras
 from transformers import AutoConfig, AutoTokenizer, TFAutoModelForSequenceClassification, create_optimizer
 
-from utils import (MODELS_WITH_POSITION_OFFSET, add_hardware_arguments, check_output_dir, count_hosts,
-                   data_files_format, local_copy, model_card_usage, model_name, save_final_folder, save_pytorch_copy,
+from utils import (add_hardware_arguments, check_output_dir, clear_run_state, count_hosts, data_files_format,
+                   local_copy, model_card_usage, model_name, position_offset, save_final_folder, save_pytorch_copy,
                    set_up_training, strategy_name)
 
 logger = logging.getLogger("run_classification")
@@ -330,7 +330,7 @@ def load_config(args, model_path, label_names, tokenizer):
     if is_classifier and not args.from_scratch and config.label2id != label2id:
         raise SystemExit(f"error: {args.model_name_or_path!r} is a classification model for other labels "
                          f"({sorted(config.label2id)[:5]} ...). Pass the masked-LM folder it was fine-tuned from.")
-    offset = config.pad_token_id + 1 if config.model_type in MODELS_WITH_POSITION_OFFSET else 0
+    offset = position_offset(config)
     if args.max_length + offset > config.max_position_embeddings:
         raise SystemExit(f"error: --max_length {args.max_length} is beyond what the model can read: it has "
                          f"{config.max_position_embeddings} position embeddings, enough for "
@@ -592,9 +592,7 @@ def main(args):
     is_chief = strategy.extended.should_checkpoint
     if is_chief:
         check_output_dir(args.output_dir, args.overwrite)
-        # TensorBoard adds event files to what is there: clear an earlier run's curves (kept only with --overwrite).
-        if tf.io.gfile.isdir(os.path.join(args.output_dir, "logs")):
-            tf.io.gfile.rmtree(os.path.join(args.output_dir, "logs"))
+        clear_run_state(args.output_dir, ["logs"])  # An earlier run's curves (there only with --overwrite).
 
     logger.info("Strategy: %s with %d replica(s) on %d host(s); global batch %d; XLA %s; %s",
                 strategy_name(strategy), strategy.num_replicas_in_sync, count_hosts(strategy),

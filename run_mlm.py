@@ -39,7 +39,6 @@ import json
 import logging
 import math
 import os
-import re
 import signal
 import sys
 import tempfile
@@ -53,9 +52,9 @@ import tf_keras as keras
 from transformers import AutoConfig, TFAutoModelForMaskedLM, create_optimizer
 
 from utils import (ATTENTION_MASK, INCOMPLETE_MARKER_NAME, INPUT_IDS, MANIFEST_NAME, MIN_MAX_LENGTH,
-                   MODELS_WITH_POSITION_OFFSET, SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME, Manifest,
-                   add_hardware_arguments, count_hosts, host_addresses, is_gcs_path, load_auto_tokenizer, local_copy,
-                   model_card_usage, model_name, save_final_folder, save_pytorch_copy, set_up_training,
+                   SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME, Manifest, add_hardware_arguments, clear_run_state,
+                   count_hosts, host_addresses, is_gcs_path, load_auto_tokenizer, local_copy, model_card_usage,
+                   model_name, position_offset, refuse_a_file, save_final_folder, save_pytorch_copy, set_up_training,
                    strategy_name, vocabulary_fingerprint)
 
 logger = logging.getLogger("run_mlm")
@@ -383,19 +382,6 @@ def refuse_another_vocabulary(path, manifest, tokenizer, tokenizer_name):
         f"(prepare_tfrecord_shards.py --tokenizer_name_or_path {tokenizer_name} --overwrite ...).")
 
 
-def damaged_shards(files):
-    """The files among `files` that TensorFlow cannot read to the end, each with where and why ("corrupted record
-    at BYTE": a bad checksum; "truncated record at BYTE": a cut-off file)."""
-    damaged = []
-    for file in files:
-        try:
-            tf.data.TFRecordDataset(file).reduce(0, lambda count, _: count + 1)  # Reads every record, in C++.
-        except tf.errors.DataLossError as err:
-            reason = re.search(r"(corrupted|truncated) record at \d+", err.message)
-            damaged.append(f"{file} ({reason.group(0) if reason else 'unreadable'})")
-    return damaged
-
-
 @contextlib.contextmanager
 def damaged_shards_named(files):
     """Turns TensorFlow's DataLossError, raised inside fit or evaluate without a file name, into an error naming
@@ -403,13 +389,12 @@ def damaged_shards_named(files):
     try:
         yield
     except tf.errors.DataLossError:
-        damaged = damaged_shards(files)
-        if not damaged:
+        from diagnostics import explain_damaged_shards
+
+        explanation = explain_damaged_shards(files)
+        if explanation is None:
             raise
-        raise SystemExit(
-            f"error: {len(damaged)} shard(s) cannot be read, they are damaged or truncated: {', '.join(damaged)}. "
-            "Copy the shards again, or write them again with prepare_tfrecord_shards.py (with --overwrite)."
-        ) from None
+        raise explanation from None
 
 
 def batches_per_host(sizes, num_hosts, batch_size):
@@ -548,7 +533,7 @@ def load_config(args, tokenizer):
             raise SystemExit(f"error: bad --config_overrides {args.config_overrides!r}: {err}") from err
     config.update(dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
                        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id))
-    offset = config.pad_token_id + 1 if config.model_type in MODELS_WITH_POSITION_OFFSET else 0
+    offset = position_offset(config)
     if args.max_length + offset > config.max_position_embeddings:
         raise SystemExit(
             f"error: --max_length {args.max_length} needs {args.max_length + offset} position embeddings, but the "
@@ -671,7 +656,7 @@ class MaskedLMTrainer(keras.Model):
         gradient_sums, stat_sums = None, None
         # A Python loop, unrolled into the graph, not a graph loop: without XLA, TensorFlow's graph optimizer
         # rewrites large gradient sums into accumulators whose temporary variables clash between the iterations of
-        # a loop nested in Keras' steps_per_execution loop (AlreadyExistsError, seen with a 5.8M-parameter model).
+        # a loop nested in Keras' steps_per_execution loop (AlreadyExistsError).
         # The graph, and compilation time, grow with the number of micro-batches.
         for i in range(steps):
             micro_batch = {name: value[i] for name, value in micro_batches.items()}
@@ -914,16 +899,9 @@ class TrainingRun(keras.callbacks.Callback):
         """Refuses an output folder holding files of something else; on --overwrite, clears an earlier run's state."""
         if not self.is_chief or not tf.io.gfile.exists(self.output_dir):
             return
-        if not tf.io.gfile.isdir(self.output_dir):
-            raise SystemExit(f"error: --output_dir {self.output_dir!r} is a file, not a folder. Choose another "
-                             "--output_dir (a folder, which is created if it does not exist).")
+        refuse_a_file(self.output_dir)
         if self.overwrite:
-            for name in RUN_STATE:
-                path = os.path.join(self.output_dir, name)
-                if tf.io.gfile.isdir(path):
-                    tf.io.gfile.rmtree(path)
-                elif tf.io.gfile.exists(path):
-                    tf.io.gfile.remove(path)
+            clear_run_state(self.output_dir, RUN_STATE)
         elif set(tf.io.gfile.listdir(self.output_dir)) - {*RUN_STATE, *(name + "/" for name in RUN_STATE)} \
                 and self.saved_model_step() is None:  # The other files are the model this script saved.
             raise SystemExit(f"error: the output folder {self.output_dir!r} holds files that are not a checkpoint "

@@ -6,15 +6,15 @@
 - reading a text corpus, streamed, from the Hub or from text, JSON-lines or Parquet files (train_unigram.py and
   prepare_tfrecord_shards.py);
 - output folders, tokenizers and the Hub; the PyTorch copy of a saved model, and how a model card says to load it;
-- the models and hardware of the training scripts: their hardware flags, the tf.distribute strategy, and TPU chips
-  found in sysfs and whether the installed TensorFlow can drive them (`python utils.py check-tpu` on a TPU VM).
+- the models and hardware of the training scripts: their hardware flags, the tf.distribute strategy, and the TPU
+  chips found in sysfs (whether the installed TensorFlow can drive them is diagnostics.py's: `python utils.py
+  check-tpu` on a TPU VM).
 
 TensorFlow reads and writes gs:// paths itself (tf.io.gfile, TFRecord files, checkpoints); everything else here
 goes through the google-cloud-storage client, which is light to import. Both use Application Default Credentials.
 """
 
 import atexit
-import collections
 import copy
 import dataclasses
 import functools
@@ -24,7 +24,6 @@ import io
 import itertools
 import json
 import logging
-import mmap
 import os
 import posixpath
 import random
@@ -84,22 +83,23 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data, path):
-        """The manifest in `data` (the bytes of the file at `path`), or SystemExit saying what is wrong with it."""
-        advice = "Write the shards again with prepare_tfrecord_shards.py (with --overwrite)."
+        """The manifest in `data` (the bytes of the file at `path`), or SystemExit saying what is wrong with it
+        (see diagnostics.manifest_error)."""
         try:
             fields = json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise SystemExit(f"error: {path!r} is not valid JSON ({err}): it is damaged. {advice}") from None
-        if not isinstance(fields, dict):
-            raise SystemExit(f"error: {path!r} is not a manifest of prepare_tfrecord_shards.py (a JSON object is "
-                             f"expected). {advice}")
-        missing = [field.name for field in dataclasses.fields(cls)
-                   if field.default is dataclasses.MISSING and field.name not in fields]
-        if not missing and isinstance(fields["shards"], list):
-            missing = sorted({f"shards[].{name}" for shard in fields["shards"] for name in ("file", "num_samples")
-                              if not isinstance(shard, dict) or name not in shard})
-        if missing:
-            raise SystemExit(f"error: {path!r} lacks the field(s) {', '.join(missing)}. {advice}")
+            complete = all(isinstance(shard, dict) and name in shard for shard in fields["shards"]
+                           for name in ("file", "num_samples"))
+            manifest = cls(**{field.name: fields[field.name] for field in dataclasses.fields(cls)
+                              if field.name in fields})
+        except (ValueError, TypeError, KeyError):  # Not JSON, not an object, a field missing.
+            complete = False
+        if complete:
+            return manifest
+        from diagnostics import manifest_error  # What is wrong, loaded only once something is.
+
+        error = manifest_error(cls, data, path)
+        if error is not None:
+            raise error
         known = {field.name for field in dataclasses.fields(cls)}
         return cls(**{name: value for name, value in fields.items() if name in known})
 
@@ -131,15 +131,9 @@ def folder_prefix(name):
     return name.rstrip("/") + "/" if name.rstrip("/") else ""
 
 
-CREDENTIALS_ADVICE = (
-    "On a TPU VM, the VM's service account is used: create the VM with one that may use the bucket. Elsewhere, "
-    "run `gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service account's "
-    "key file.")
-
-
 @functools.cache
 def gcs_client():
-    """A google-cloud-storage client with Application Default Credentials (see CREDENTIALS_ADVICE)."""
+    """A google-cloud-storage client with Application Default Credentials (see diagnostics.CREDENTIALS_ADVICE)."""
     from google.cloud import storage
 
     return storage.Client()
@@ -155,37 +149,22 @@ def check_gcs_path(path, *, write=False):
     """
     if not is_gcs_path(path):
         return
-    from google.api_core import exceptions
-    from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError
-
     bucket, name = split_gcs_path(path)
     prefix = re.split(r"[*?[]", name, maxsplit=1)[0]  # A glob (gs://bucket/train/*.tfrecord) up to its wildcard.
     try:
         client = gcs_client()
-    except DefaultCredentialsError as err:
-        raise SystemExit(f"error: no Google Cloud credentials found to access {path!r}.\n{CREDENTIALS_ADVICE}") from err
-    try:
         next(iter(client.list_blobs(bucket, prefix=prefix, max_results=1)), None)
         if write:
             probe = client.bucket(bucket).blob(posixpath.join(prefix, f".write-check-{uuid.uuid4().hex}"))
             probe.upload_from_string(b"")
             probe.delete()
-    except exceptions.NotFound as err:
-        raise SystemExit(
-            f"error: the bucket of {path!r} does not exist. Create it in the region of your TPU, e.g. "
-            f"`gcloud storage buckets create gs://{bucket} --location=us-central1`, or correct the path.") from err
-    except exceptions.Forbidden as err:
-        raise SystemExit(
-            f"error: no permission to {'write to' if write else 'read'} {path!r}: {err.message}\nGive the account "
-            "these scripts run as (on a TPU VM, the VM's service account; on a TPU Node, the Cloud TPU service "
-            "account too) a role on the bucket that allows it, "
-            f"e.g. `gcloud storage buckets add-iam-policy-binding gs://{bucket} --member=serviceAccount:ACCOUNT "
-            "--role=roles/storage.objectAdmin`.") from err
-    except (exceptions.Unauthorized, GoogleAuthError) as err:
-        raise SystemExit(f"error: Cloud Storage refused the credentials used for {path!r}: {err}\n"
-                         f"{CREDENTIALS_ADVICE}") from err
-    except (exceptions.GoogleAPIError, OSError) as err:  # OSError: requests' connection errors.
-        raise SystemExit(f"error: cannot reach Cloud Storage for {path!r}: {err}") from err
+    except Exception as err:
+        from diagnostics import explain_gcs_error  # The advice, loaded only when access failed.
+
+        explanation = explain_gcs_error(path, bucket, err, write=write)
+        if explanation is None:
+            raise
+        raise explanation from err
 
 
 def local_copy(path):
@@ -228,6 +207,12 @@ def upload_to_gcs(local_dir, path):
 
 # Which 🤗 Datasets builder reads a local file, by its extension.
 FILE_BUILDERS = {".txt": "text", ".text": "text", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+
+
+def file_builder(path):
+    """The 🤗 Datasets builder that reads the file `path`, by its extension ("text", "json", "parquet"); None for
+    an unknown one. The one format detection of the scripts and of beam_pipeline.py."""
+    return FILE_BUILDERS.get(os.path.splitext(path)[1].lower())
 
 
 def open_binary(path, chunk_size=None):
@@ -296,7 +281,9 @@ def load_text_splits(*, data_files=None, dataset_name=None, dataset_config=None,
     if data_files:
         return datasets.load_dataset(data_files_format(data_files), data_files=data_files, streaming=True)
 
-    _check_hub_reachable(dataset_name)
+    from diagnostics import check_hub_reachable
+
+    check_hub_reachable(dataset_name)
     try:
         corpus = datasets.load_dataset(dataset_name, dataset_config, streaming=True,
                                        trust_remote_code=trust_remote_code)
@@ -349,13 +336,13 @@ def data_files_format(data_files):
     builders = set()
     for split, paths in data_files.items():
         for path in paths:
-            extension = os.path.splitext(path)[1].lower()
-            if extension not in FILE_BUILDERS:
+            builder = file_builder(path)
+            if builder is None:
                 raise SystemExit(
-                    f"error: cannot read {path!r}: unknown extension {extension!r}. "
+                    f"error: cannot read {path!r}: unknown extension {os.path.splitext(path)[1].lower()!r}. "
                     f"Use text ({', '.join(e for e, b in FILE_BUILDERS.items() if b == 'text')}), "
                     f"JSON lines (.json, .jsonl) or Parquet (.parquet) files.")
-            if is_gcs_path(path) and FILE_BUILDERS[extension] != "text":
+            if is_gcs_path(path) and builder != "text":
                 raise SystemExit(
                     f"error: cannot read {path!r}: JSON-lines and Parquet files are read from local disk only. Copy "
                     "them first (`gcloud storage cp`), or use text files, which are read from gs:// directly.")
@@ -366,26 +353,10 @@ def data_files_format(data_files):
                 exists = os.path.isfile(path)
             if not exists:
                 raise SystemExit(f"error: the {split} file {path!r} does not exist.")
-            builders.add(FILE_BUILDERS[extension])
+            builders.add(builder)
     if len(builders) > 1:
         raise SystemExit(f"error: all input files must have one format, got a mix of {sorted(builders)}.")
     return builders.pop()
-
-
-def _check_hub_reachable(dataset_name):
-    """Fails at once when the Hub cannot be reached, instead of after a minute of retries in 🤗 Datasets."""
-    from huggingface_hub import HfApi, constants
-
-    if constants.HF_HUB_OFFLINE:  # Offline mode: 🤗 Datasets reads its local cache, if it has the dataset.
-        return
-    try:
-        HfApi().dataset_info(dataset_name, timeout=10)
-    except OSError as err:  # requests' connection and HTTP errors are OSErrors.
-        raise SystemExit(
-            f"error: cannot reach the dataset {dataset_name!r} on the Hugging Face Hub ({type(err).__name__}).\n"
-            "Without network access, train on local files instead: --train_file (and for the shards "
-            "--validation_file); with the Makefile, `make demo DATA=folder/with/train.txt/and/validation.txt`."
-        ) from err
 
 
 def iter_text_batches(dataset, text_column, batch_size, limit=None):
@@ -418,6 +389,8 @@ def iter_text_file_lines(files):
                 for line in f:
                     yield line.rstrip("\n")
             except UnicodeDecodeError as err:
+                from diagnostics import not_utf8_error
+
                 raise SystemExit(not_utf8_error(path)) from err
 
 
@@ -435,33 +408,29 @@ def batches_of_texts(texts, batch_size):
         yield batch
 
 
-def not_utf8_error(path):
-    """The message for a text file that is not valid UTF-8: where its first invalid byte is, and how to convert it.
-    The text reader's error does not say where, so the file is read again in binary, line by line (no UTF-8
-    character holds the byte of "\\n": each line decodes on its own)."""
-    offset = 0
-    with open_binary(path) as f:
-        for line_number, line in enumerate(f, start=1):
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError as err:
-                position = (f"line {line_number}, byte offset {offset + err.start} "
-                            f"(byte 0x{line[err.start]:02x})")
-                break
-            offset += len(line)
-        else:
-            position = "an unknown position"
-    return (f"error: the text file {path!r} is not UTF-8: the first invalid byte is at {position}. The scripts "
-            "read UTF-8 text only. Convert the file first, e.g. from Latin-1: "
-            f"`iconv -f latin1 -t utf-8 {path} > {path}.utf8`, then pass the converted file.")
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Output folders, tokenizers and the Hub
 
 
 def check_output_dir(path, overwrite):
-    """Refuses to write into a folder that already holds files, unless the user said `overwrite`; refuses a file."""
+    """Refuses to write into a folder that already holds files, unless the user said `overwrite`; refuses a file.
+    The output-folder policy of every script; run_mlm.py lets a folder hold a run it resumes (see
+    TrainingRun.prepare_output_dir), and clears an earlier run's state with clear_run_state, as run_classification.py
+    does."""
+    refuse_a_file(path)
+    if is_gcs_path(path):
+        bucket, name = split_gcs_path(path)
+        is_empty = next(iter(gcs_client().list_blobs(bucket, prefix=folder_prefix(name), max_results=1)),
+                        None) is None
+    else:
+        is_empty = not os.path.exists(path) or not os.listdir(path)
+    if not is_empty and not overwrite:
+        raise SystemExit(f"error: the output folder {path!r} is not empty. Choose another --output_dir, "
+                         "or pass --overwrite to replace what this run writes there.")
+
+
+def refuse_a_file(path):
+    """Stops when the --output_dir `path` (local or gs://) is a file."""
     if is_gcs_path(path):
         bucket, name = split_gcs_path(path)
         is_file = bool(name.rstrip("/")) and gcs_client().bucket(bucket).blob(name.rstrip("/")).exists()
@@ -470,14 +439,19 @@ def check_output_dir(path, overwrite):
     if is_file:
         raise SystemExit(f"error: --output_dir {path!r} is a file, not a folder. Choose another --output_dir "
                          "(a folder, which is created if it does not exist).")
-    if is_gcs_path(path):
-        is_empty = next(iter(gcs_client().list_blobs(bucket, prefix=folder_prefix(name), max_results=1)),
-                        None) is None
-    else:
-        is_empty = not os.path.exists(path) or not os.listdir(path)
-    if not is_empty and not overwrite:
-        raise SystemExit(f"error: the output folder {path!r} is not empty. Choose another --output_dir, "
-                         "or pass --overwrite to replace what this run writes there.")
+
+
+def clear_run_state(path, names):
+    """Deletes the files and folders `names` of the output folder `path` (local or gs://), left by an earlier run:
+    TensorBoard adds event files to what is there, and a checkpoint would be resumed."""
+    import tensorflow as tf
+
+    for name in names:
+        entry = os.path.join(path, name)
+        if tf.io.gfile.isdir(entry):
+            tf.io.gfile.rmtree(entry)
+        elif tf.io.gfile.exists(entry):
+            tf.io.gfile.remove(entry)
 
 
 def load_auto_tokenizer(local_path, name_or_path, flag):
@@ -610,15 +584,10 @@ print(pipe("{example}"))
 MODELS_WITH_POSITION_OFFSET = ("roberta", "xlm-roberta", "camembert", "roberta-prelayernorm")
 
 
-# Every TPU chip is a PCI device of Google's vendor id; its device id names the generation (v2 and v3 share one,
-# told apart by the subsystem id). These are the ids that Google's tpu-info tool reads.
-GOOGLE_PCI_VENDOR_ID = "0x1ae0"
-TPU_GENERATIONS = {("0x0027", "0x004e"): "v2", ("0x0027", "0x004f"): "v3", "0x005e": "v4", "0x0062": "v5p",
-                   "0x0063": "v5e", "0x006f": "v6e", "0x0076": "7x"}
-# A TPU chip's device file: /dev/accel0, 1, ... for v2 to v4; /dev/vfio/0, 1, ... for v5e and later.
-TPU_DEVICE_FILE = re.compile(r"/dev/(accel|vfio/)\d+$")
-INSTALL_TPU_ADVICE = ("Install TensorFlow's TPU build as the README's \"On a TPU VM, from nothing\" says "
-                      "(`make install-tpu`), then check it with `python utils.py check-tpu`.")
+def position_offset(config):
+    """The position embeddings that `config`'s model uses beyond its longest sequence: pad_token_id + 1 for the
+    RoBERTa family, 0 for the others. run_mlm.py and run_classification.py check --max_length with it."""
+    return config.pad_token_id + 1 if config.model_type in MODELS_WITH_POSITION_OFFSET else 0
 
 
 def add_hardware_arguments(parser):
@@ -654,6 +623,22 @@ def add_hardware_arguments(parser):
     return hardware
 
 
+def split_cpu(num_replicas):
+    """Splits the CPU into `num_replicas` logical devices, when there is no GPU. Must run before TF starts up."""
+    import tensorflow as tf
+
+    if num_replicas > 1 and not tf.config.list_physical_devices("GPU"):
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * num_replicas)
+
+
+# Every TPU chip is a PCI device of Google's vendor id; its device id names the generation (v2 and v3 share one,
+# told apart by the subsystem id). These are the ids that Google's tpu-info tool reads.
+GOOGLE_PCI_VENDOR_ID = "0x1ae0"
+TPU_GENERATIONS = {("0x0027", "0x004e"): "v2", ("0x0027", "0x004f"): "v3", "0x005e": "v4", "0x0062": "v5p",
+                   "0x0063": "v5e", "0x006f": "v6e", "0x0076": "7x"}
+
+
 def local_tpu_chips(root="/"):
     """The TPU chips attached to this machine, by generation, e.g. {"v4": 4}; {} on a machine without any. Read
     from the PCI devices in sysfs, as JAX, PyTorch/XLA and tpu-info do: this works before (and without) any TPU
@@ -681,112 +666,6 @@ def local_tpu_chips(root="/"):
     return chips
 
 
-def describe_chips(chips):
-    return ", ".join(f"{count} x TPU {generation}" for generation, count in chips.items())
-
-
-def tpu_holders(root="/"):
-    """{pid: command line} of the processes, this one left out, that hold a TPU device file open."""
-    holders = {}
-    for fd in glob.glob(os.path.join(root, "proc/[0-9]*/fd/*")):
-        try:
-            target = os.readlink(fd)
-        except OSError:  # The process ended, or is not ours to look at.
-            continue
-        pid = int(fd.split(os.sep)[-3])
-        if TPU_DEVICE_FILE.search(target) and pid != os.getpid():
-            try:
-                with open(os.path.join(root, f"proc/{pid}/cmdline"), "rb") as f:
-                    holders[pid] = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-            except OSError:
-                holders[pid] = "?"
-    return holders
-
-
-# TensorFlow's TPU builds find the TPU runtime, libtpu.so, through this environment variable (or in the libtpu
-# package); the code that reads it is compiled into TPU builds only, and the CPU/GPU builds hold no such string.
-TPU_RUNTIME_LOADER = b"TPU_LIBRARY_PATH"
-
-TensorFlowBuild = collections.namedtuple("TensorFlowBuild", "distribution version tpu_support installed")
-
-
-def tensorflow_build(path=None):
-    """What the installed TensorFlow is, as a TensorFlowBuild; None when there is none. `path` lets tests use a
-    fake site-packages folder.
-
-    - `tpu_support`: whether its libraries can load the TPU runtime: true for `tensorflow-tpu` and the TensorFlow
-      of Google's tpu-vm-tf-* images, false for the `tensorflow` wheels of PyPI.
-    - `distribution`, `version`: the distribution that owns the `tensorflow` package folder. The CPU/GPU and TPU
-      builds write the same folder, and pip lets both be installed (tf-keras, for one, depends on `tensorflow`):
-      the one installed last silently owns the files: its shared libraries have, on disk, the sizes its RECORD gives.
-    - `installed`: every distribution that pip lists as providing the `tensorflow` package.
-    """
-    from importlib import metadata
-
-    installed, owner = [], None
-    for dist in metadata.distributions(**({"path": path} if path else {})):
-        files = dist.files or []
-        if not any(str(file) == "tensorflow/__init__.py" for file in files):
-            continue
-        installed.append(dist.metadata["Name"])
-        libraries = [file for file in files if file.parts[0] == "tensorflow" and ".so" in file.name and file.size]
-        if libraries and all(os.path.isfile(dist.locate_file(file))
-                             and os.path.getsize(dist.locate_file(file)) == file.size for file in libraries):
-            owner = dist
-    if owner is None:
-        return None
-    libraries = glob.glob(os.path.join(owner.locate_file("tensorflow"), "**", "*.so*"), recursive=True)
-    tpu_support = any(file_contains(library, TPU_RUNTIME_LOADER) for library in libraries)
-    return TensorFlowBuild(owner.metadata["Name"], owner.version, tpu_support, sorted(installed))
-
-
-def file_contains(path, data):
-    """Whether the file `path` holds the bytes `data`: read through mmap, a gigabyte takes a second."""
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            return False
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as contents:
-            return contents.find(data) >= 0
-
-
-def describe_build(build):
-    """Why a TensorFlow `build` (see tensorflow_build) cannot drive a TPU, or None when it can."""
-    if build is None:
-        return "no installed TensorFlow owns the files of the `tensorflow` package folder."
-    if build.tpu_support:
-        return None
-    shadowed = [name for name in build.installed if name != build.distribution]
-    return (f"the installed TensorFlow, {build.distribution} {build.version}, is built for CPUs and GPUs only: it "
-            "cannot load the TPU runtime."
-            + (f" pip also lists {', '.join(shadowed)}, but its files were replaced by {build.distribution}'s, "
-               "installed after it (tf-keras, for one, depends on the plain `tensorflow`)." if shadowed else ""))
-
-
-def explain_unusable_tpu(chips, error, build, holders):
-    """Why TensorFlow could not use this machine's TPU `chips`, and what to do, as an error message: from the
-    `build` (see tensorflow_build) and the processes that hold the TPU (see tpu_holders)."""
-    if (problem := describe_build(build)) is not None:
-        cause = f"{problem} {INSTALL_TPU_ADVICE}"
-    elif holders:
-        processes = "; ".join(f"PID {pid}: {command}" for pid, command in holders.items())
-        cause = (f"another process holds the TPU ({processes}). A TPU serves one process at a time: stop it "
-                 "(`kill PID`), or wait for it to end. `sudo lsof -w /dev/accel* /dev/vfio/*` lists them too.")
-    else:
-        cause = (f"TensorFlow failed to start it: {type(error).__name__}: {error}\n"
-                 "Check the installation with `python utils.py check-tpu`.")
-    return (f"error: this machine has TPU chips ({describe_chips(chips)}), but TensorFlow cannot use them: {cause}\n"
-            "To train on this machine's CPU instead (much slower), pass --no_tpu.")
-
-
-def split_cpu(num_replicas):
-    """Splits the CPU into `num_replicas` logical devices, when there is no GPU. Must run before TF starts up."""
-    import tensorflow as tf
-
-    if num_replicas > 1 and not tf.config.list_physical_devices("GPU"):
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * num_replicas)
-
-
 def choose_strategy(args, root="/"):
     """The tf.distribute strategy for this machine, and whether it is a TPU one. Call it before any TensorFlow op:
     the CPU is split into --num_cpu_replicas devices first, and MultiWorkerMirroredStrategy sets up its collective
@@ -795,6 +674,7 @@ def choose_strategy(args, root="/"):
     import tensorflow as tf
 
     split_cpu(args.num_cpu_replicas)
+    # A machine with TPU chips uses them by default: the probe stays here, as every run without --no_tpu needs it.
     chips = {} if args.no_tpu else local_tpu_chips(root)
     tpu_name = args.tpu_name or ("local" if chips else None)
     if tpu_name:
@@ -806,6 +686,8 @@ def choose_strategy(args, root="/"):
             return tf.distribute.TPUStrategy(resolver), True
         except Exception as err:  # Each TPU set-up failure has its own type; all mean "this TPU is not usable".
             if tpu_name == "local" and chips:
+                from diagnostics import explain_unusable_tpu, tensorflow_build, tpu_holders
+
                 raise SystemExit(explain_unusable_tpu(chips, err, tensorflow_build(), tpu_holders(root))) from err
             raise SystemExit(
                 f"error: cannot use the TPU {tpu_name!r}: {type(err).__name__}: {err}\n"
@@ -818,8 +700,8 @@ def choose_strategy(args, root="/"):
         return tf.distribute.MultiWorkerMirroredStrategy(), False
     devices = [device.name for device in tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")]
     if len(devices) == 1:
-        # MirroredStrategy over a single device still pays for its cross-replica machinery on every step (20 to
-        # 35 % of a small model's step on a CPU, benchmarks/README.md); OneDeviceStrategy keeps the same code path
+        # MirroredStrategy over a single device still pays for its cross-replica machinery on every step (its cost
+        # is measured in benchmarks/README.md); OneDeviceStrategy keeps the same code path
         # (scope, distributed datasets, replica context) without it.
         return tf.distribute.OneDeviceStrategy(devices[0]), False
     return tf.distribute.MirroredStrategy(devices), False
@@ -898,47 +780,7 @@ def strategy_name(strategy):
     return type(strategy).__name__
 
 
-def check_tpu_setup(root="/"):
-    """What `python utils.py check-tpu` prints on a TPU VM: the TensorFlow build and libtpu installed, the TPU chips
-    of this machine, and whether TensorFlow starts them. Returns the exit status: 0 when all is well."""
-    from importlib import metadata
-
-    build, chips = tensorflow_build(), local_tpu_chips(root)
-    try:
-        libtpu = f"libtpu {metadata.version('libtpu')}"
-    except metadata.PackageNotFoundError:  # Google's tpu-vm-tf-* images ship it as a plain file.
-        libtpu = os.environ.get("TPU_LIBRARY_PATH") or next(iter(glob.glob("/lib/libtpu.so")), None)
-    problems = []
-    if (problem := describe_build(build)) is not None:
-        problems.append(f"{problem} {INSTALL_TPU_ADVICE}")
-    elif libtpu is None:
-        problems.append(f"{build.distribution} {build.version} finds no TPU runtime: libtpu is not installed. "
-                        + INSTALL_TPU_ADVICE)
-    if not chips:
-        problems.append("this machine has no TPU chips (no PCI device of vendor 0x1ae0): run this on the TPU VM.")
-    if problems:
-        print("\n".join(f"error: {problem}" for problem in problems))
-        return 1
-    import tensorflow as tf
-
-    try:  # Starting the TPU is the one proof that the runtime and the chips work together.
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver("local")
-        tf.config.experimental_connect_to_cluster(resolver)
-        tf.tpu.experimental.initialize_tpu_system(resolver)
-    except Exception as err:  # Each TPU set-up failure has its own type.
-        print(explain_unusable_tpu(chips, err, build, tpu_holders(root)))
-        return 1
-    print(f"TPU build of TensorFlow {build.version} ({build.distribution}), {libtpu}: {describe_chips(chips)}, "
-          f"{len(tf.config.list_logical_devices('TPU'))} TPU devices started.")
-    return 0
-
-
 if __name__ == "__main__":
-    import argparse
-    import sys
+    from diagnostics import main  # `python utils.py check-tpu`, as the README and the Makefile say.
 
-    parser = argparse.ArgumentParser(description="Checks of the set-up. `check-tpu`: on a TPU VM, whether the "
-                                                 "TensorFlow installed drives its TPU.")
-    parser.add_argument("check", choices=["check-tpu"])
-    parser.parse_args()
-    sys.exit(check_tpu_setup())
+    main()

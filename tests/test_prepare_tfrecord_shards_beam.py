@@ -33,7 +33,7 @@ def beam_shards(tokenizer_dir, tmp_path_factory):
 
 def test_each_part_of_each_file_is_cut_on_its_own_and_run_mlm_trains_on_it(beam_shards, tmp_path, tokenizer_dir,
                                                                            tiny_config_dir):
-    from prepare_tfrecord_shards import beam_parts
+    from beam_pipeline import beam_parts
 
     manifest, samples = read_split(beam_shards / "train", vocab_size=1000)
 

@@ -14,8 +14,8 @@ import tensorflow as tf
 from conftest import MAX_LENGTH
 from helpers import REPO
 from run_mlm import check_paths_for_pod, find_shards, make_dataset
-from utils import (TensorFlowBuild, choose_strategy, explain_unusable_tpu, local_tpu_chips, tensorflow_build,
-                   tpu_holders, use_jit_compile)
+from diagnostics import TensorFlowBuild, explain_unusable_tpu, local_tpu_chips, tensorflow_build, tpu_holders
+from utils import choose_strategy, use_jit_compile
 
 MASKING = dict(mask_token_id=4, special_token_ids=[0, 1, 2, 3, 4], vocab_size=1000, mlm_probability=0.15)
 

@@ -1,0 +1,169 @@
+"""prepare_tfrecord_shards.py --runner: the same work, part by part, as an Apache Beam pipeline: on this machine
+(DirectRunner) or on as many machines as the corpus needs (DataflowRunner). The script imports this module only with
+--runner, so that the local path neither needs Beam installed nor pays for its import; setup.py ships it to the
+Dataflow workers.
+
+  per split:  parts ──Reshuffle──► write_part, on the workers ──┬─► shards written ──ToList──┐
+                                                                └─► token counts ────sum─────┴─► finish_split
+
+Parts are written side by side on the workers; finish_split runs once, after every part (Beam computes a side input
+completely before the step that reads it), and publishes the split as the local path does.
+"""
+
+import functools
+import json
+import logging
+import os
+
+from prepare_tfrecord_shards import finish_split, load_tokenizer, plan_parts, start_split, write_part
+from utils import (MANIFEST_NAME, Manifest, batches_of_texts, file_builder, is_gcs_path, iter_text_file_lines,
+                   open_binary, open_text)
+
+logger = logging.getLogger("prepare_tfrecord_shards")
+
+
+def match_files(patterns):
+    """[(path, size)] of the files that the glob `patterns` (local or gs://) match, in order, each once.
+
+    With Beam's file systems, which read what the Beam workers read. A pattern that matches nothing is an error."""
+    from apache_beam.io.filesystems import FileSystems
+
+    files = {}
+    for pattern, result in zip(patterns, FileSystems.match(patterns)):
+        if not result.metadata_list:
+            raise SystemExit(f"error: no file matches {pattern!r}.")
+        for metadata in sorted(result.metadata_list, key=lambda metadata: metadata.path):
+            files[metadata.path] = metadata.size_in_bytes
+    return list(files.items())
+
+
+def beam_parts(files, part_size):
+    """The parts of a split for the Beam pipeline: each text or JSON-lines file (`files`: [(path, size)]) cut into
+    parts of at most `part_size` bytes (see plan_parts), each Parquet file one part."""
+    parts = []
+    for path, size in files:
+        if file_builder(path) == "parquet":
+            parts.append([(path, 0, size)])
+        else:
+            parts += plan_parts([path], [size], -(-size // part_size))  # ceil(size / part_size) parts.
+    return parts
+
+
+def part_texts(part, text_column):
+    """The texts of a part (a list of byte ranges of one file, see beam_parts), read without 🤗 Datasets, which
+    reads JSON-lines and Parquet files from local disk only: text files line by line, JSON-lines files the
+    `text_column` of each line, Parquet files that column of each row."""
+    path = part[0][0]
+    data_format = file_builder(path)
+    if data_format == "text":
+        yield from iter_text_file_lines(part)
+    elif data_format == "json":
+        for line in iter_text_file_lines(part):
+            if line.strip():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as err:
+                    record = err
+                if not isinstance(record, dict):
+                    raise SystemExit(f"error: {path!r} is not a JSON-lines file (one JSON object per line): "
+                                     f"{line[:100]!r}")
+                if text_column not in record:
+                    raise SystemExit(f"error: a line of {path!r} has no column {text_column!r}; its columns are "
+                                     f"{sorted(record)}. Choose one with --text_column.")
+                yield record[text_column]
+    else:
+        import pyarrow.parquet as parquet
+
+        with open_binary(path) as f:
+            table = parquet.ParquetFile(f)
+            if text_column not in table.schema_arrow.names:
+                raise SystemExit(f"error: {path!r} has no column {text_column!r}; its columns are "
+                                 f"{table.schema_arrow.names}. Choose one with --text_column.")
+            for batch in table.iter_batches(columns=[text_column]):
+                yield from batch.column(0).to_pylist()
+
+
+@functools.cache
+def load_tokenizer_once(name_or_path):
+    """load_tokenizer, once per worker process: a Beam worker writes many parts."""
+    return load_tokenizer(name_or_path)
+
+
+def write_part_on_beam_worker(numbered_part, split_dir, args):
+    """write_part for one part of the Beam pipeline, on a worker; its result, with the part's number."""
+    number, part = numbered_part
+    # One tokenizer thread per process, set before its first batch starts 🤗 Tokenizers' pool (see start_worker):
+    # Beam runs a process per core (Dataflow: one per vCPU of each machine), so cores are used already, and more
+    # threads per process would only compete for them.
+    os.environ.setdefault("RAYON_NUM_THREADS", "1")
+    tokenizer, vocab_size = load_tokenizer_once(args.tokenizer_name_or_path)
+    batches = batches_of_texts(part_texts(part, args.text_column), args.batch_size)
+    return {"part": number, **write_part(number, batches, tokenizer, vocab_size, split_dir, args,
+                                         progress=lambda num_texts, num_samples: None)}
+
+
+def without_token_counts(written):
+    return {key: value for key, value in written.items() if key != "token_counts"}
+
+
+def finish_split_on_beam_worker(split, split_dir, args, parts, token_counts):
+    tokenizer, vocab_size = load_tokenizer_once(args.tokenizer_name_or_path)
+    parts = sorted(parts, key=lambda part: part["part"])  # ToList gathers them in any order.
+    finish_split(split, split_dir, parts, token_counts, tokenizer, vocab_size, args)
+
+
+def run_beam_pipeline(data_files, args):
+    """Writes each split of `data_files` ({split: [glob patterns]}) with a Beam pipeline on args.runner; returns
+    the manifests."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+    beam_args = ["--runner", args.runner, *args.beam_args]
+    if args.num_workers:  # Dataflow's own flag of the same name: its initial number of worker machines.
+        beam_args += ["--num_workers", str(args.num_workers)]
+    paths = [args.tokenizer_name_or_path, args.output_dir, *(path for paths in data_files.values() for path in paths)]
+    if args.runner not in StandardOptions.LOCAL_RUNNERS and not all(is_gcs_path(path) for path in paths):
+        raise SystemExit(f"error: with --runner {args.runner}, the workers run on other machines: the input files, "
+                         "--tokenizer_name_or_path and --output_dir must be gs:// paths, got "
+                         f"{[path for path in paths if not is_gcs_path(path)]}.")
+    # Fail before the pipeline starts: the tokenizer loads, the inputs exist and have one known format.
+    load_tokenizer(args.tokenizer_name_or_path)
+    split_parts = {}
+    for split, patterns in data_files.items():
+        files = match_files(patterns)
+        formats = {file_builder(path) for path, _ in files}
+        if None in formats or len(formats) > 1:
+            raise SystemExit(f"error: the {split} files must all be text (.txt), JSON-lines (.jsonl, .json) or "
+                             f"Parquet (.parquet) files, of one format: got {[path for path, _ in files]}.")
+        split_parts[split] = beam_parts(files, int(args.part_size_mb * 2**20))
+        logger.info("%s: %d file(s), %.1f MiB, in %d part(s)", split, len(files),
+                    sum(size for _, size in files) / 2**20, len(split_parts[split]))
+
+    # A step that fails is logged by Beam with its traceback, then its error is raised here, where it reaches the
+    # user: bad input as a SystemExit's message alone, anything else with its traceback. Once is enough.
+    logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
+    with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
+        for split, parts in split_parts.items():
+            split_dir = os.path.join(args.output_dir, split)
+            start_split(split_dir)
+            written = (pipeline
+                       | f"{split}: parts" >> beam.Create(list(enumerate(parts)))
+                       | f"{split}: spread over workers" >> beam.Reshuffle()
+                       | f"{split}: write parts" >> beam.Map(write_part_on_beam_worker, split_dir, args))
+            token_counts = (written
+                            | f"{split}: token counts" >> beam.Map(lambda result: result["token_counts"])
+                            | f"{split}: sum" >> beam.CombineGlobally(sum))
+            shards = (written
+                      | f"{split}: shards" >> beam.Map(without_token_counts)
+                      | f"{split}: gather" >> beam.combiners.ToList())
+            (pipeline
+             | f"{split}: once" >> beam.Create([split])
+             | f"{split}: finish" >> beam.Map(finish_split_on_beam_worker, split_dir, args,
+                                              beam.pvalue.AsSingleton(shards),
+                                              beam.pvalue.AsSingleton(token_counts)))
+    manifests = []
+    for split in split_parts:
+        path = os.path.join(args.output_dir, split, MANIFEST_NAME)
+        with open_text(path) as f:
+            manifests.append(Manifest.from_json(f.read(), path))
+    return manifests

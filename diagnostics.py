@@ -1,0 +1,289 @@
+"""Diagnosis: what the scripts look at only when something has gone wrong, and `python utils.py check-tpu`.
+
+Where a text file stops being UTF-8; whether the Hub can be reached at all, checked before 🤗 Datasets would
+retry for a minute; what to do when Cloud Storage refuses a path (credentials, bucket, permission); what is wrong
+with a manifest that cannot be read; which shards are damaged, once TensorFlow reported a damaged record without
+naming its file; the TensorFlow build installed and whether it can drive the TPU chips that utils.local_tpu_chips
+found, and the processes that hold them. utils.py and run_mlm.py import it to check the Hub before streaming a
+dataset and to explain an error; nothing else on a successful run needs it.
+"""
+
+import argparse
+import collections
+import dataclasses
+import glob
+import json
+import mmap
+import os
+import re
+import sys
+
+from utils import local_tpu_chips, open_binary
+
+
+def check_hub_reachable(dataset_name):
+    """Fails at once when the Hub cannot be reached, instead of after a minute of retries in 🤗 Datasets."""
+    from huggingface_hub import HfApi, constants
+
+    if constants.HF_HUB_OFFLINE:  # Offline mode: 🤗 Datasets reads its local cache, if it has the dataset.
+        return
+    try:
+        HfApi().dataset_info(dataset_name, timeout=10)
+    except OSError as err:  # requests' connection and HTTP errors are OSErrors.
+        raise SystemExit(
+            f"error: cannot reach the dataset {dataset_name!r} on the Hugging Face Hub ({type(err).__name__}).\n"
+            "Without network access, train on local files instead: --train_file (and for the shards "
+            "--validation_file); with the Makefile, `make demo DATA=folder/with/train.txt/and/validation.txt`."
+        ) from err
+
+
+def not_utf8_error(path):
+    """The message for a text file that is not valid UTF-8: where its first invalid byte is, and how to convert it.
+    The text reader's error does not say where, so the file is read again in binary, line by line (no UTF-8
+    character holds the byte of "\\n": each line decodes on its own)."""
+    offset = 0
+    with open_binary(path) as f:
+        for line_number, line in enumerate(f, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                position = (f"line {line_number}, byte offset {offset + err.start} "
+                            f"(byte 0x{line[err.start]:02x})")
+                break
+            offset += len(line)
+        else:
+            position = "an unknown position"
+    return (f"error: the text file {path!r} is not UTF-8: the first invalid byte is at {position}. The scripts "
+            "read UTF-8 text only. Convert the file first, e.g. from Latin-1: "
+            f"`iconv -f latin1 -t utf-8 {path} > {path}.utf8`, then pass the converted file.")
+
+
+CREDENTIALS_ADVICE = (
+    "On a TPU VM, the VM's service account is used: create the VM with one that may use the bucket. Elsewhere, "
+    "run `gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service account's "
+    "key file.")
+
+
+
+def explain_gcs_error(path, bucket, err, *, write=False):
+    """The SystemExit that says what to do about `err`, raised by utils.check_gcs_path while reaching the gs://
+    `path` in `bucket` (no credentials, no such bucket, no permission, no connection); None for another error."""
+    from google.api_core import exceptions
+    from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError
+
+    if isinstance(err, DefaultCredentialsError):
+        return SystemExit(f"error: no Google Cloud credentials found to access {path!r}.\n{CREDENTIALS_ADVICE}")
+    if isinstance(err, exceptions.NotFound):
+        return SystemExit(
+            f"error: the bucket of {path!r} does not exist. Create it in the region of your TPU, e.g. "
+            f"`gcloud storage buckets create gs://{bucket} --location=us-central1`, or correct the path.")
+    if isinstance(err, exceptions.Forbidden):
+        return SystemExit(
+            f"error: no permission to {'write to' if write else 'read'} {path!r}: {err.message}\nGive the account "
+            "these scripts run as (on a TPU VM, the VM's service account; on a TPU Node, the Cloud TPU service "
+            "account too) a role on the bucket that allows it, "
+            f"e.g. `gcloud storage buckets add-iam-policy-binding gs://{bucket} --member=serviceAccount:ACCOUNT "
+            "--role=roles/storage.objectAdmin`.")
+    if isinstance(err, (exceptions.Unauthorized, GoogleAuthError)):
+        return SystemExit(f"error: Cloud Storage refused the credentials used for {path!r}: {err}\n"
+                          f"{CREDENTIALS_ADVICE}")
+    if isinstance(err, (exceptions.GoogleAPIError, OSError)):  # OSError: requests' connection errors.
+        return SystemExit(f"error: cannot reach Cloud Storage for {path!r}: {err}")
+    return None
+
+
+def manifest_error(manifest_class, data, path):
+    """The SystemExit saying what is wrong with the manifest in `data` (the bytes of the file at `path`), which
+    utils.Manifest.from_json could not read: not JSON, not an object, fields missing; None if nothing is."""
+    advice = "Write the shards again with prepare_tfrecord_shards.py (with --overwrite)."
+    try:
+        fields = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        return SystemExit(f"error: {path!r} is not valid JSON ({err}): it is damaged. {advice}")
+    if not isinstance(fields, dict):
+        return SystemExit(f"error: {path!r} is not a manifest of prepare_tfrecord_shards.py (a JSON object is "
+                          f"expected). {advice}")
+    missing = [field.name for field in dataclasses.fields(manifest_class)
+               if field.default is dataclasses.MISSING and field.name not in fields]
+    if not missing and isinstance(fields["shards"], list):
+        missing = sorted({f"shards[].{name}" for shard in fields["shards"] for name in ("file", "num_samples")
+                          if not isinstance(shard, dict) or name not in shard})
+    if missing:
+        return SystemExit(f"error: {path!r} lacks the field(s) {', '.join(missing)}. {advice}")
+    return None
+
+
+def damaged_shards(files):
+    """The files among `files` that TensorFlow cannot read to the end, each with where and why ("corrupted record
+    at BYTE": a bad checksum; "truncated record at BYTE": a cut-off file)."""
+    import tensorflow as tf
+
+    damaged = []
+    for file in files:
+        try:
+            tf.data.TFRecordDataset(file).reduce(0, lambda count, _: count + 1)  # Reads every record, in C++.
+        except tf.errors.DataLossError as err:
+            reason = re.search(r"(corrupted|truncated) record at \d+", err.message)
+            damaged.append(f"{file} ({reason.group(0) if reason else 'unreadable'})")
+    return damaged
+
+
+def explain_damaged_shards(files):
+    """The SystemExit naming the damaged shards among `files`, found by reading them all again, after TensorFlow
+    raised DataLossError without a file name; None when all of them read to the end."""
+    damaged = damaged_shards(files)
+    if not damaged:
+        return None
+    return SystemExit(
+        f"error: {len(damaged)} shard(s) cannot be read, they are damaged or truncated: {', '.join(damaged)}. "
+        "Copy the shards again, or write them again with prepare_tfrecord_shards.py (with --overwrite).")
+
+
+# A TPU chip's device file: /dev/accel0, 1, ... for v2 to v4; /dev/vfio/0, 1, ... for v5e and later.
+TPU_DEVICE_FILE = re.compile(r"/dev/(accel|vfio/)\d+$")
+INSTALL_TPU_ADVICE = ("Install TensorFlow's TPU build as the README's \"On a TPU VM, from nothing\" says "
+                      "(`make install-tpu`), then check it with `python utils.py check-tpu`.")
+
+
+def describe_chips(chips):
+    return ", ".join(f"{count} x TPU {generation}" for generation, count in chips.items())
+
+
+def tpu_holders(root="/"):
+    """{pid: command line} of the processes, this one left out, that hold a TPU device file open."""
+    holders = {}
+    for fd in glob.glob(os.path.join(root, "proc/[0-9]*/fd/*")):
+        try:
+            target = os.readlink(fd)
+        except OSError:  # The process ended, or is not ours to look at.
+            continue
+        pid = int(fd.split(os.sep)[-3])
+        if TPU_DEVICE_FILE.search(target) and pid != os.getpid():
+            try:
+                with open(os.path.join(root, f"proc/{pid}/cmdline"), "rb") as f:
+                    holders[pid] = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            except OSError:
+                holders[pid] = "?"
+    return holders
+
+
+# TensorFlow's TPU builds find the TPU runtime, libtpu.so, through this environment variable (or in the libtpu
+# package); the code that reads it is compiled into TPU builds only, and the CPU/GPU builds hold no such string.
+TPU_RUNTIME_LOADER = b"TPU_LIBRARY_PATH"
+
+TensorFlowBuild = collections.namedtuple("TensorFlowBuild", "distribution version tpu_support installed")
+
+
+def tensorflow_build(path=None):
+    """What the installed TensorFlow is, as a TensorFlowBuild; None when there is none. `path` lets tests use a
+    fake site-packages folder.
+
+    - `tpu_support`: whether its libraries can load the TPU runtime: true for `tensorflow-tpu` and the TensorFlow
+      of Google's tpu-vm-tf-* images, false for the `tensorflow` wheels of PyPI.
+    - `distribution`, `version`: the distribution that owns the `tensorflow` package folder. The CPU/GPU and TPU
+      builds write the same folder, and pip lets both be installed (tf-keras, for one, depends on `tensorflow`):
+      the one installed last silently owns the files: its shared libraries have, on disk, the sizes its RECORD gives.
+    - `installed`: every distribution that pip lists as providing the `tensorflow` package.
+    """
+    from importlib import metadata
+
+    installed, owner = [], None
+    for dist in metadata.distributions(**({"path": path} if path else {})):
+        files = dist.files or []
+        if not any(str(file) == "tensorflow/__init__.py" for file in files):
+            continue
+        installed.append(dist.metadata["Name"])
+        libraries = [file for file in files if file.parts[0] == "tensorflow" and ".so" in file.name and file.size]
+        if libraries and all(os.path.isfile(dist.locate_file(file))
+                             and os.path.getsize(dist.locate_file(file)) == file.size for file in libraries):
+            owner = dist
+    if owner is None:
+        return None
+    libraries = glob.glob(os.path.join(owner.locate_file("tensorflow"), "**", "*.so*"), recursive=True)
+    tpu_support = any(file_contains(library, TPU_RUNTIME_LOADER) for library in libraries)
+    return TensorFlowBuild(owner.metadata["Name"], owner.version, tpu_support, sorted(installed))
+
+
+def file_contains(path, data):
+    """Whether the file `path` holds the bytes `data`: read through mmap, a gigabyte takes a second."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return False
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as contents:
+            return contents.find(data) >= 0
+
+
+def describe_build(build):
+    """Why a TensorFlow `build` (see tensorflow_build) cannot drive a TPU, or None when it can."""
+    if build is None:
+        return "no installed TensorFlow owns the files of the `tensorflow` package folder."
+    if build.tpu_support:
+        return None
+    shadowed = [name for name in build.installed if name != build.distribution]
+    return (f"the installed TensorFlow, {build.distribution} {build.version}, is built for CPUs and GPUs only: it "
+            "cannot load the TPU runtime."
+            + (f" pip also lists {', '.join(shadowed)}, but its files were replaced by {build.distribution}'s, "
+               "installed after it (tf-keras, for one, depends on the plain `tensorflow`)." if shadowed else ""))
+
+
+def explain_unusable_tpu(chips, error, build, holders):
+    """Why TensorFlow could not use this machine's TPU `chips`, and what to do, as an error message: from the
+    `build` (see tensorflow_build) and the processes that hold the TPU (see tpu_holders)."""
+    if (problem := describe_build(build)) is not None:
+        cause = f"{problem} {INSTALL_TPU_ADVICE}"
+    elif holders:
+        processes = "; ".join(f"PID {pid}: {command}" for pid, command in holders.items())
+        cause = (f"another process holds the TPU ({processes}). A TPU serves one process at a time: stop it "
+                 "(`kill PID`), or wait for it to end. `sudo lsof -w /dev/accel* /dev/vfio/*` lists them too.")
+    else:
+        cause = (f"TensorFlow failed to start it: {type(error).__name__}: {error}\n"
+                 "Check the installation with `python utils.py check-tpu`.")
+    return (f"error: this machine has TPU chips ({describe_chips(chips)}), but TensorFlow cannot use them: {cause}\n"
+            "To train on this machine's CPU instead (much slower), pass --no_tpu.")
+
+
+def check_tpu_setup(root="/"):
+    """What `python utils.py check-tpu` prints on a TPU VM: the TensorFlow build and libtpu installed, the TPU chips
+    of this machine, and whether TensorFlow starts them. Returns the exit status: 0 when all is well."""
+    from importlib import metadata
+
+    build, chips = tensorflow_build(), local_tpu_chips(root)
+    try:
+        libtpu = f"libtpu {metadata.version('libtpu')}"
+    except metadata.PackageNotFoundError:  # Google's tpu-vm-tf-* images ship it as a plain file.
+        libtpu = os.environ.get("TPU_LIBRARY_PATH") or next(iter(glob.glob("/lib/libtpu.so")), None)
+    problems = []
+    if (problem := describe_build(build)) is not None:
+        problems.append(f"{problem} {INSTALL_TPU_ADVICE}")
+    elif libtpu is None:
+        problems.append(f"{build.distribution} {build.version} finds no TPU runtime: libtpu is not installed. "
+                        + INSTALL_TPU_ADVICE)
+    if not chips:
+        problems.append("this machine has no TPU chips (no PCI device of vendor 0x1ae0): run this on the TPU VM.")
+    if problems:
+        print("\n".join(f"error: {problem}" for problem in problems))
+        return 1
+    import tensorflow as tf
+
+    try:  # Starting the TPU is the one proof that the runtime and the chips work together.
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver("local")
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except Exception as err:  # Each TPU set-up failure has its own type.
+        print(explain_unusable_tpu(chips, err, build, tpu_holders(root)))
+        return 1
+    print(f"TPU build of TensorFlow {build.version} ({build.distribution}), {libtpu}: {describe_chips(chips)}, "
+          f"{len(tf.config.list_logical_devices('TPU'))} TPU devices started.")
+    return 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Checks of the set-up. `check-tpu`: on a TPU VM, whether the "
+                                                 "TensorFlow installed drives its TPU.")
+    parser.add_argument("check", choices=["check-tpu"])
+    parser.parse_args()
+    sys.exit(check_tpu_setup())
+
+
+if __name__ == "__main__":
+    main()
