@@ -10,30 +10,36 @@ Parts are written side by side on the workers; finish_split runs once, after eve
 completely before the step that reads it), and publishes the split as the local path does.
 """
 
+import fnmatch
 import functools
+import glob
 import json
 import logging
 import os
+import re
 
 from prepare_tfrecord_shards import finish_split, load_tokenizer, plan_parts, start_split, write_part
-from utils import (MANIFEST_NAME, Manifest, batches_of_texts, file_builder, is_gcs_path, iter_text_file_lines,
-                   open_binary, open_text)
+from utils import (MANIFEST_NAME, Manifest, batches_of_texts, file_builder, gcs_client, is_gcs_path,
+                   iter_text_file_lines, open_file, split_gcs_path)
 
 logger = logging.getLogger("prepare_tfrecord_shards")
 
 
 def match_files(patterns):
-    """[(path, size)] of the files that the glob `patterns` (local or gs://) match, in order, each once.
-
-    With Beam's file systems, which read what the Beam workers read. A pattern that matches nothing is an error."""
-    from apache_beam.io.filesystems import FileSystems
-
+    """[(path, size)] of the files that the glob `patterns` (local or gs://) match, in order, each once; a pattern
+    that matches nothing is an error."""
     files = {}
-    for pattern, result in zip(patterns, FileSystems.match(patterns)):
-        if not result.metadata_list:
+    for pattern in patterns:
+        if is_gcs_path(pattern):
+            bucket, name = split_gcs_path(pattern)
+            prefix = re.split(r"[*?[]", name, maxsplit=1)[0]  # Listed up to the first wildcard, then matched.
+            matches = {f"gs://{bucket}/{blob.name}": blob.size for blob in gcs_client().list_blobs(bucket, prefix=prefix)
+                       if fnmatch.fnmatchcase(blob.name, name) and not blob.name.endswith("/")}
+        else:
+            matches = {path: os.path.getsize(path) for path in glob.glob(pattern) if os.path.isfile(path)}
+        if not matches:
             raise SystemExit(f"error: no file matches {pattern!r}.")
-        for metadata in sorted(result.metadata_list, key=lambda metadata: metadata.path):
-            files[metadata.path] = metadata.size_in_bytes
+        files.update(sorted(matches.items()))
     return list(files.items())
 
 
@@ -74,7 +80,7 @@ def part_texts(part, text_column):
     else:
         import pyarrow.parquet as parquet
 
-        with open_binary(path) as f:
+        with open_file(path, "rb") as f:
             table = parquet.ParquetFile(f)
             if text_column not in table.schema_arrow.names:
                 raise SystemExit(f"error: {path!r} has no column {text_column!r}; its columns are "
@@ -132,7 +138,7 @@ def run_beam_pipeline(data_files, args):
     for split, patterns in data_files.items():
         files = match_files(patterns)
         formats = {file_builder(path) for path, _ in files}
-        if None in formats or len(formats) > 1:
+        if not formats <= {"text", "json", "parquet"} or len(formats) > 1:
             raise SystemExit(f"error: the {split} files must all be text (.txt), JSON-lines (.jsonl, .json) or "
                              f"Parquet (.parquet) files, of one format: got {[path for path, _ in files]}.")
         split_parts[split] = beam_parts(files, int(args.part_size_mb * 2**20))
@@ -164,6 +170,6 @@ def run_beam_pipeline(data_files, args):
     manifests = []
     for split in split_parts:
         path = os.path.join(args.output_dir, split, MANIFEST_NAME)
-        with open_text(path) as f:
+        with open_file(path, "r") as f:
             manifests.append(Manifest.from_json(f.read(), path))
     return manifests

@@ -18,7 +18,7 @@ import os
 import re
 import sys
 
-from utils import local_tpu_chips, open_binary
+from utils import local_tpu_chips, open_file
 
 
 def check_hub_reachable(dataset_name):
@@ -42,7 +42,7 @@ def not_utf8_error(path):
     The text reader's error does not say where, so the file is read again in binary, line by line (no UTF-8
     character holds the byte of "\\n": each line decodes on its own)."""
     offset = 0
-    with open_binary(path) as f:
+    with open_file(path, "rb") as f:
         for line_number, line in enumerate(f, start=1):
             try:
                 line.decode("utf-8")
@@ -94,7 +94,7 @@ def explain_gcs_error(path, bucket, err, *, write=False):
 
 def manifest_error(manifest_class, data, path):
     """The SystemExit saying what is wrong with the manifest in `data` (the bytes of the file at `path`), which
-    utils.Manifest.from_json could not read: not JSON, not an object, fields missing; None if nothing is."""
+    utils.Manifest.from_json could not read: not JSON, not an object, fields missing or of the wrong kind."""
     advice = "Write the shards again with prepare_tfrecord_shards.py (with --overwrite)."
     try:
         fields = json.loads(data)
@@ -103,14 +103,15 @@ def manifest_error(manifest_class, data, path):
     if not isinstance(fields, dict):
         return SystemExit(f"error: {path!r} is not a manifest of prepare_tfrecord_shards.py (a JSON object is "
                           f"expected). {advice}")
-    missing = [field.name for field in dataclasses.fields(manifest_class)
-               if field.default is dataclasses.MISSING and field.name not in fields]
+    missing = [field.name for field in dataclasses.fields(manifest_class) if field.name not in fields]
     if not missing and isinstance(fields["shards"], list):
-        missing = sorted({f"shards[].{name}" for shard in fields["shards"] for name in ("file", "num_samples")
+        missing = sorted({f"shards[].{name}" for shard in fields["shards"]
+                          for name in ("file", "num_samples", "num_bytes")
                           if not isinstance(shard, dict) or name not in shard})
     if missing:
         return SystemExit(f"error: {path!r} lacks the field(s) {', '.join(missing)}. {advice}")
-    return None
+    return SystemExit(f"error: {path!r} is not a manifest of prepare_tfrecord_shards.py: its \"shards\" is not a "
+                      f"list of shards. {advice}")
 
 
 def damaged_shards(files):
@@ -240,6 +241,18 @@ def explain_unusable_tpu(chips, error, build, holders):
                  "Check the installation with `python utils.py check-tpu`.")
     return (f"error: this machine has TPU chips ({describe_chips(chips)}), but TensorFlow cannot use them: {cause}\n"
             "To train on this machine's CPU instead (much slower), pass --no_tpu.")
+
+
+def explain_tpu_error(tpu_name, chips, error, root="/"):
+    """The message for a TPU that TensorFlow could not start: `tpu_name` ("local" on a TPU VM), this machine's
+    `chips` (utils.local_tpu_chips) and the `error` raised."""
+    if tpu_name == "local" and chips:
+        return explain_unusable_tpu(chips, error, tensorflow_build(), tpu_holders(root))
+    return (f"error: cannot use the TPU {tpu_name!r}: {type(error).__name__}: {error}\n"
+            + ("This machine has no TPU chips: --tpu_name local works on a TPU VM only. " if tpu_name == "local" else
+               "Check the name, --tpu_zone and --gcp_project, and that the TPU is READY "
+               "(`gcloud compute tpus tpu-vm list`). ")
+            + "To train on GPUs or the CPU instead, leave out --tpu_name or pass --no_tpu.")
 
 
 def check_tpu_setup(root="/"):

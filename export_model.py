@@ -2,8 +2,7 @@
 """Make a model folder that 🤗 Transformers 5 loads with PyTorch, from a model this pipeline saved or from a run.
 
 SOURCE is one of:
-- a model folder saved by run_mlm.py or run_classification.py (tf_model.h5), such as one saved before these
-  scripts wrote a PyTorch copy themselves;
+- a model folder saved by run_mlm.py or run_classification.py (tf_model.h5), with or without its PyTorch copy;
 - the --output_dir of a run_mlm.py run that is still going or was interrupted (or its checkpoints folder): its
   last checkpoint, in {SOURCE}/checkpoints, becomes the model.
 
@@ -23,12 +22,15 @@ import shutil
 
 import tensorflow as tf
 import transformers
-from transformers import AutoConfig, AutoTokenizer, TFAutoModelForMaskedLM
+from transformers import TFAutoModelForMaskedLM
 
-from utils import (PYTORCH_SUBFOLDER, check_gcs_path, check_output_dir, local_copy, save_final_folder,
-                   save_pytorch_copy)
+from utils import (PYTORCH_SUBFOLDER, check_gcs_path, check_output_dir, load_config, load_tokenizer, local_copy,
+                   save_folder, save_pytorch_copy)
 
 logger = logging.getLogger("export_model")
+
+PASS_A_MODEL_FOLDER = ("Pass a model folder saved by run_mlm.py or run_classification.py, or the --output_dir of a "
+                       "run_mlm.py run.")
 
 
 def parse_args():
@@ -46,23 +48,22 @@ def main(args):
     check_gcs_path(args.source)
     check_gcs_path(args.output_dir, write=True)
     if not tf.io.gfile.isdir(args.source):
-        raise SystemExit(f"error: SOURCE {args.source!r} is not a folder. Pass a model folder saved by run_mlm.py "
-                         "or run_classification.py, or the --output_dir of a run_mlm.py run.")
+        raise SystemExit(f"error: SOURCE {args.source!r} is not a folder. {PASS_A_MODEL_FOLDER}")
     check_output_dir(args.output_dir, args.overwrite)
     if tf.io.gfile.exists(os.path.join(args.source, "tf_model.h5")):
         write, description = from_model_folder(args.source)
     else:
         write, description = from_last_checkpoint(args.source)
-    save_final_folder(args.output_dir, write, description)
+    save_folder(args.output_dir, write, description)
 
 
 def from_model_folder(source):
     """What to write for a saved model: its files (config, tokenizer, model card, results), and the PyTorch copy."""
     local_dir = local_copy(source)  # Its files, not its sub-folders (checkpoints, logs).
-    config = AutoConfig.from_pretrained(local_dir)
+    config = load_config(source, "SOURCE", PASS_A_MODEL_FOLDER)
     # The TF class of the saved architecture: TFRobertaForMaskedLM for RobertaForMaskedLM.
     model = getattr(transformers, "TF" + config.architectures[0]).from_pretrained(local_dir)
-    tokenizer = AutoTokenizer.from_pretrained(local_dir)
+    tokenizer = load_tokenizer(source, "SOURCE", PASS_A_MODEL_FOLDER)
 
     def write(folder):
         if os.path.realpath(folder) != os.path.realpath(local_dir):  # Else a PyTorch copy added in place.
@@ -90,12 +91,10 @@ def from_last_checkpoint(source):
     config_dir = os.path.join(checkpoint_dir, "config")
     if not tf.io.gfile.exists(os.path.join(config_dir, "config.json")):
         raise SystemExit(f"error: the run in {source!r} has checkpoints but not the config and tokenizer they belong "
-                         f"to ({config_dir}), which run_mlm.py saves when a run starts or resumes since it writes "
-                         "a PyTorch copy. Run the same run_mlm.py command again: it resumes from the last "
+                         f"to ({config_dir}), which run_mlm.py saves when a run starts or resumes. Run the same run_mlm.py command again: it resumes from the last "
                          "checkpoint and saves them; then stop it (Ctrl-C) or let it finish.")
-    local_config_dir = local_copy(config_dir)
-    tokenizer = AutoTokenizer.from_pretrained(local_config_dir)
-    model = TFAutoModelForMaskedLM.from_config(AutoConfig.from_pretrained(local_config_dir))
+    tokenizer = load_tokenizer(config_dir, "SOURCE", PASS_A_MODEL_FOLDER)
+    model = TFAutoModelForMaskedLM.from_config(load_config(config_dir, "SOURCE", PASS_A_MODEL_FOLDER))
     model.build_in_name_scope()
     # The checkpoint also holds the optimizer's state, which a model does not need.
     status = tf.train.Checkpoint(model=model).restore(checkpoint).expect_partial()

@@ -41,11 +41,11 @@ import tensorflow as tf
 # 🤗 Transformers' TF models are Keras 2 models. Since TensorFlow 2.16, Keras 2 is the separate tf-keras package,
 # and `tf.keras` is Keras 3: every Keras object here must come from tf_keras.
 import tf_keras as keras
-from transformers import AutoConfig, AutoTokenizer, TFAutoModelForSequenceClassification, create_optimizer
+from transformers import TFAutoModelForSequenceClassification, create_optimizer
 
-from utils import (add_hardware_arguments, check_output_dir, clear_run_state, count_hosts, data_files_format,
-                   local_copy, model_card_usage, model_name, position_offset, save_final_folder, save_pytorch_copy,
-                   set_up_training, strategy_name)
+from utils import (add_hardware_arguments, check_max_length, check_output_dir, count_hosts, data_files_format,
+                   load_config, load_tokenizer, local_copy, positive_int, save_folder, save_pytorch_copy,
+                   set_up_training, strategy_name, write_model_card)
 
 logger = logging.getLogger("run_classification")
 
@@ -75,11 +75,11 @@ def parse_args(argv=None):
     data.add_argument("--validation_split_percentage", type=float, default=10,
                       help="Without validation data: the percentage of each class of the training data held out "
                            "for validation (default: %(default)s).")
-    data.add_argument("--examples_per_label", type=int,
+    data.add_argument("--examples_per_label", type=positive_int,
                       help="Train on this many examples of each label only, a sample drawn with --seed from the "
                            "training data left after the validation split, to measure the few-shot regime "
                            "(default: all of them).")
-    data.add_argument("--max_length", type=int, default=64,
+    data.add_argument("--max_length", type=positive_int, default=64,
                       help="Tokens per text; longer texts are cut, shorter ones padded (default: %(default)s).")
 
     model = parser.add_argument_group("model")
@@ -92,7 +92,7 @@ def parse_args(argv=None):
                             "pre-training.")
 
     training = parser.add_argument_group("training")
-    training.add_argument("--per_replica_batch_size", type=int, default=32,
+    training.add_argument("--per_replica_batch_size", type=positive_int, default=32,
                           help="Examples per replica and step (default: %(default)s).")
     training.add_argument("--learning_rate", type=float, default=5e-5,
                           help="Peak learning rate (default: %(default)s, for base-size models; small ones such as "
@@ -103,9 +103,9 @@ def parse_args(argv=None):
     training.add_argument("--warmup_ratio", type=float, default=0.1,
                           help="Linear warmup as a fraction of all steps, before the linear decay to 0 "
                                "(default: %(default)s).")
-    training.add_argument("--num_epochs", type=int, default=5,
+    training.add_argument("--num_epochs", type=positive_int, default=5,
                           help="Passes over the training data (default: %(default)s).")
-    training.add_argument("--early_stopping_patience", type=int,
+    training.add_argument("--early_stopping_patience", type=positive_int,
                           help="Stop after this many epochs without a better validation accuracy (default: train "
                                "every epoch). Either way, the best epoch's weights are the ones kept.")
     training.add_argument("--seed", type=int, default=42,
@@ -123,11 +123,6 @@ def parse_args(argv=None):
     if bool(args.train_file) == bool(args.dataset_name):
         parser.error("give either --train_file (with --validation_file and --test_file if you have them) or "
                      "--dataset_name.")
-    for flag in ("num_cpu_replicas", "max_length", "per_replica_batch_size", "num_epochs",
-                 "early_stopping_patience", "steps_per_execution", "examples_per_label"):
-        value = getattr(args, flag)
-        if value is not None and value < 1:
-            parser.error(f"--{flag} must be positive, got {value}.")
     if not 0 < args.validation_split_percentage < 100:
         parser.error(f"--validation_split_percentage must be between 0 and 100, got "
                      f"{args.validation_split_percentage}.")
@@ -140,17 +135,6 @@ def parse_args(argv=None):
 # Data
 
 
-def file_format(data_files):
-    """The 🤗 Datasets builder that reads the local `data_files` ({split: [path]}): "csv" for CSV files, else the
-    JSON-lines or Parquet builder that utils.data_files_format finds, with its checks."""
-    if not all(path.lower().endswith(".csv") for paths in data_files.values() for path in paths):
-        return data_files_format(data_files)
-    for split, paths in data_files.items():
-        if not os.path.isfile(paths[0]):
-            raise SystemExit(f"error: the {split} file {paths[0]!r} does not exist.")
-    return "csv"
-
-
 def load_splits(args):
     """{split: (texts, label names)} for the splits given (train always), as lists of strings."""
     import datasets  # Imported here, after the checks of the arguments: it is slow to import.
@@ -159,7 +143,7 @@ def load_splits(args):
         paths = {split: getattr(args, f"{split}_file") for split in SPLITS if getattr(args, f"{split}_file")}
         # 🤗 Datasets reads local files: gs:// files are copied to a temporary folder first.
         data_files = {split: [local_copy(path)] for split, path in paths.items()}
-        builder = file_format(data_files)
+        builder = data_files_format(data_files, formats=("csv", "json", "parquet"))
         splits = {}
         for split, files in data_files.items():
             try:
@@ -312,29 +296,23 @@ def refuse_an_unfinished_pretraining_run(path):
         "NEW_FOLDER` and pass --model_name_or_path NEW_FOLDER.")
 
 
-def load_config(args, model_path, label_names, tokenizer):
-    """The model's config with the label set of the data, after checking that the model can be fine-tuned here.
-    `model_path`: a local copy of --model_name_or_path."""
-    try:
-        config = AutoConfig.from_pretrained(model_path)
-    except (OSError, ValueError) as err:
-        raise SystemExit(f"error: {args.model_name_or_path!r} is not a model folder: {err}\nPass the folder that "
-                         "run_mlm.py saved (its --output_dir).") from err
+# What to do when --model_name_or_path is not the folder of a masked-LM model this pipeline saved.
+PASS_A_MODEL_FOLDER = "Pass the folder that run_mlm.py saved (its --output_dir)."
+
+
+def classification_config(args, label_names, tokenizer):
+    """The model's config with the label set of the data, after checking that the model can be fine-tuned here."""
+    config = load_config(args.model_name_or_path, "--model_name_or_path", PASS_A_MODEL_FOLDER)
     architectures = config.architectures or []
     if not any(name.endswith(("ForMaskedLM", "ForSequenceClassification")) for name in architectures):
         raise SystemExit(f"error: {args.model_name_or_path!r} holds a {architectures or config.model_type} model, "
-                         "not a masked-LM or sequence-classification model. Pass the folder that run_mlm.py "
-                         "saved (its --output_dir).")
+                         f"not a masked-LM or sequence-classification model. {PASS_A_MODEL_FOLDER}")
     label2id = {label: i for i, label in enumerate(label_names)}
     is_classifier = any(name.endswith("ForSequenceClassification") for name in architectures)
     if is_classifier and not args.from_scratch and config.label2id != label2id:
         raise SystemExit(f"error: {args.model_name_or_path!r} is a classification model for other labels "
                          f"({sorted(config.label2id)[:5]} ...). Pass the masked-LM folder it was fine-tuned from.")
-    offset = position_offset(config)
-    if args.max_length + offset > config.max_position_embeddings:
-        raise SystemExit(f"error: --max_length {args.max_length} is beyond what the model can read: it has "
-                         f"{config.max_position_embeddings} position embeddings, enough for "
-                         f"{config.max_position_embeddings - offset} tokens. Lower --max_length.")
+    check_max_length(config, args.max_length)
     if len(tokenizer) > config.vocab_size:
         raise SystemExit(f"error: the tokenizer of {args.model_name_or_path!r} has {len(tokenizer)} tokens, the "
                          f"model only {config.vocab_size}: they do not belong together.")
@@ -342,13 +320,13 @@ def load_config(args, model_path, label_names, tokenizer):
     return config
 
 
-def build_model(args, model_path, config):
+def build_model(args, config):
     """The pre-trained encoder with a new classification head, or (--from_scratch) the same with random weights."""
     if args.from_scratch:
         model = TFAutoModelForSequenceClassification.from_config(config)
         model.build_in_name_scope()  # Create the weights now, with the names that save_pretrained expects.
         return model
-    return TFAutoModelForSequenceClassification.from_pretrained(model_path, config=config)
+    return TFAutoModelForSequenceClassification.from_pretrained(local_copy(args.model_name_or_path), config=config)
 
 
 class ClassifierTrainer(keras.Model):
@@ -535,30 +513,6 @@ def evaluate(args, strategy, trainer, encoded, label_names):
     return results
 
 
-def write_model_card(folder, args, config, results):
-    """A README.md for the Hub, written into `folder`: what the model was fine-tuned from, on what, how well."""
-    scores = "\n".join(f"- {split.capitalize()}: accuracy {metrics['accuracy']:.3f}, macro-F1 "
-                       f"{metrics['macro_f1']:.3f} (majority class: accuracy {metrics['majority_class_accuracy']:.3f})"
-                       for split, metrics in results.items() if split in ("validation", "test"))
-    card = f"""---
-library_name: transformers
-tags: [text-classification, tensorflow, pytorch]
----
-
-# {model_name(args.output_dir)}
-
-A {config.model_type} text classifier of {config.num_labels} labels, fine-tuned with TensorFlow from
-`{args.model_name_or_path}`{" (random weights: --from_scratch)" if args.from_scratch else ""} on
-`{args.train_file or args.dataset_name}` (`run_classification.py` of a TF + 🤗 Transformers TPU pre-training
-pipeline).
-
-{scores}
-
-{model_card_usage("text-classification", "I lost my card")}"""
-    with open(os.path.join(folder, "README.md"), "w") as f:
-        f.write(card)
-
-
 def save(args, model, tokenizer, results):
     """The model (and its PyTorch copy), the tokenizer, eval_results.json and a model card into --output_dir (and
     to the Hub with --hub_model_id)."""
@@ -568,9 +522,19 @@ def save(args, model, tokenizer, results):
         save_pytorch_copy(model, tokenizer, folder)
         with open(os.path.join(folder, "eval_results.json"), "w") as f:
             json.dump(results, f, indent=2)
-        write_model_card(folder, args, model.config, results)
+        scores = "\n".join(
+            f"- {split.capitalize()}: accuracy {metrics['accuracy']:.3f}, macro-F1 {metrics['macro_f1']:.3f} "
+            f"(majority class: accuracy {metrics['majority_class_accuracy']:.3f})"
+            for split, metrics in results.items() if split in ("validation", "test"))
+        write_model_card(folder, args.output_dir, "text-classification", "I lost my card", f"""A \
+{model.config.model_type} text classifier of {model.config.num_labels} labels, fine-tuned with TensorFlow from \
+`{args.model_name_or_path}`{" (random weights: --from_scratch)" if args.from_scratch else ""} on \
+`{args.train_file or args.dataset_name}` (`run_classification.py` of a TF + 🤗 Transformers TPU pre-training \
+pipeline).
 
-    save_final_folder(args.output_dir, write, "Model, tokenizer, eval_results.json and model card",
+{scores}""")
+
+    save_folder(args.output_dir, write, "Model, tokenizer, eval_results.json and model card",
                       args.hub_model_id, "Fine-tuned with run_classification.py", ignore_patterns=["logs/*"])
 
 
@@ -581,18 +545,12 @@ def main(args):
 
     # Check the model folder and the data before building anything, so that mistakes cost seconds, not minutes.
     refuse_an_unfinished_pretraining_run(args.model_name_or_path)
-    model_path = local_copy(args.model_name_or_path)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model_path)
-    except (OSError, ValueError) as err:
-        raise SystemExit(f"error: cannot load a tokenizer from {args.model_name_or_path!r}: {err}\nPass the folder "
-                         "that run_mlm.py saved (its --output_dir).") from err
+    tokenizer = load_tokenizer(args.model_name_or_path, "--model_name_or_path", PASS_A_MODEL_FOLDER)
     label_names, encoded = prepare_data(args, tokenizer)
-    config = load_config(args, model_path, label_names, tokenizer)
+    config = classification_config(args, label_names, tokenizer)
     is_chief = strategy.extended.should_checkpoint
     if is_chief:
-        check_output_dir(args.output_dir, args.overwrite)
-        clear_run_state(args.output_dir, ["logs"])  # An earlier run's curves (there only with --overwrite).
+        check_output_dir(args.output_dir, args.overwrite, stale=["logs"])  # TensorBoard would add to old curves.
 
     logger.info("Strategy: %s with %d replica(s) on %d host(s); global batch %d; XLA %s; %s",
                 strategy_name(strategy), strategy.num_replicas_in_sync, count_hosts(strategy),
@@ -600,7 +558,7 @@ def main(args):
                 "implicit (TPU)" if on_tpu else "on" if jit_compile else "off",
                 "bfloat16 mixed precision" if args.bfloat16 else "float32")
     with strategy.scope():
-        model = build_model(args, model_path, config)
+        model = build_model(args, config)
         trainer = ClassifierTrainer(model, jit_compile)
     logger.info("Model: %s with %.1fM parameters, %s", config.model_type, model.count_params() / 1e6,
                 "random weights (--from_scratch)" if args.from_scratch else f"from {args.model_name_or_path}")

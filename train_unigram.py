@@ -39,16 +39,13 @@ import logging
 import math
 import os
 import random
-import shutil
-import tempfile
 import time
 
 import sentencepiece as spm
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
-from utils import (add_corpus_arguments, check_gcs_path, check_output_dir, is_gcs_path, push_folder_to_hub,
-                   text_batches, upload_to_gcs)
+from utils import add_corpus_arguments, check_gcs_path, check_output_dir, positive_int, save_folder, text_batches
 
 logger = logging.getLogger("train_unigram")
 
@@ -73,7 +70,7 @@ def parse_args():
                         help="Size of the vocabulary, special tokens included (default: %(default)s).")
     sampling = parser.add_argument_group(
         "sampling (SentencePiece holds what it trains on in memory: about 20 bytes per byte of text)")
-    sampling.add_argument("--sample_size", type=int,
+    sampling.add_argument("--sample_size", type=positive_int,
                           help="Train on a uniform random sample of this many texts, drawn from every text read "
                                "(from the first LIMIT records with --limit) in one pass that holds only the sample "
                                "in memory; a Hub dataset is streamed, not downloaded first. Typical: 1 to 10 "
@@ -83,10 +80,10 @@ def parse_args():
     sampling.add_argument("--seed", type=int,
                           help=f"Seed of the --sample_size sample: the same seed draws the same sample from the "
                                f"same input (default: {DEFAULT_SEED}).")
-    parser.add_argument("--model_max_length", type=int, default=512,
+    parser.add_argument("--model_max_length", type=positive_int, default=512,
                         help="Longest sequence the model will accept, stored in the tokenizer "
                              "(default: %(default)s, RoBERTa's).")
-    parser.add_argument("--batch_size", type=int, default=1000,
+    parser.add_argument("--batch_size", type=positive_int, default=1000,
                         help="Texts handed to the trainer at a time (default: %(default)s).")
     parser.add_argument("--output_dir", default="unigram-tokenizer",
                         help="Folder to save the tokenizer to, local or gs://bucket/folder (default: %(default)s).")
@@ -98,10 +95,6 @@ def parse_args():
     args = parser.parse_args()
     if args.push_to_hub and not args.hub_model_id:
         parser.error("--push_to_hub needs --hub_model_id (for example your-name/unigram-wikitext).")
-    for flag in ("limit", "sample_size", "model_max_length", "batch_size"):
-        value = getattr(args, flag)
-        if value is not None and value < 1:
-            parser.error(f"--{flag} must be a positive number, got {value}.")
     if args.seed is not None:
         if args.sample_size is None:
             parser.error("--seed sets the sample drawn by --sample_size: give --sample_size too, or leave --seed out.")
@@ -323,20 +316,10 @@ def main():
     fast_tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, model_max_length=args.model_max_length,
         cls_token=SPECIAL_TOKENS["bos_token"], sep_token=SPECIAL_TOKENS["eos_token"], **SPECIAL_TOKENS)
-    # save_pretrained writes to local disk only: a gs:// output gets a copy of a local folder.
-    local_dir = tempfile.mkdtemp() if is_gcs_path(args.output_dir) else args.output_dir
-    fast_tokenizer.save_pretrained(local_dir)
-    if local_dir != args.output_dir:
-        upload_to_gcs(local_dir, args.output_dir)
-    logger.info("Trained on %d texts in %.1f s: vocabulary of %d tokens saved to %s", texts_seen,
-                time.perf_counter() - start, tokenizer.get_vocab_size(), args.output_dir)
-
-    if args.push_to_hub:
-        url = push_folder_to_hub(local_dir, args.hub_model_id, "Upload Unigram tokenizer")
-        logger.info("Pushed to %s", url)
-    if local_dir != args.output_dir:
-        shutil.rmtree(local_dir)
-
+    logger.info("Trained on %d texts in %.1f s: a vocabulary of %d tokens", texts_seen, time.perf_counter() - start,
+                tokenizer.get_vocab_size())
+    save_folder(args.output_dir, fast_tokenizer.save_pretrained, "Tokenizer",
+                args.hub_model_id if args.push_to_hub else None, "Upload Unigram tokenizer")
 
 if __name__ == "__main__":
     main()

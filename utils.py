@@ -1,26 +1,26 @@
-"""What the scripts share, and nothing else:
+"""What the scripts share on a successful run, and nothing else:
 
-- the shard contract between prepare_tfrecord_shards.py and run_mlm.py;
-- Google Cloud Storage: checking a gs:// path before any long work, and copying from and to gs:// what 🤗
-  libraries read or write on local disk only (tokenizers, configs, saved models);
-- reading a text corpus, streamed, from the Hub or from text, JSON-lines or Parquet files (train_unigram.py and
-  prepare_tfrecord_shards.py);
-- output folders, tokenizers and the Hub; the PyTorch copy of a saved model, and how a model card says to load it;
-- the models and hardware of the training scripts: their hardware flags, the tf.distribute strategy, and the TPU
-  chips found in sysfs (whether the installed TensorFlow can drive them is diagnostics.py's: `python utils.py
-  check-tpu` on a TPU VM).
+- the shard contract between prepare_tfrecord_shards.py, which writes shards, and run_mlm.py, which reads them;
+- Cloud Storage: one small layer over the google-cloud-storage client, for what TensorFlow does not read or write
+  itself (text, tokenizer, config and model folders, shards written without TensorFlow);
+- reading a text corpus, streamed (train_unigram.py and prepare_tfrecord_shards.py);
+- output folders, the tokenizer and config loaders, and saving a folder locally, to gs:// and to the Hub, with a
+  PyTorch copy of a model;
+- the hardware flags and the tf.distribute strategy (run_mlm.py and run_classification.py).
 
-TensorFlow reads and writes gs:// paths itself (tf.io.gfile, TFRecord files, checkpoints); everything else here
-goes through the google-cloud-storage client, which is light to import. Both use Application Default Credentials.
+What runs only once something has gone wrong (and `python utils.py check-tpu`) is in diagnostics.py. TensorFlow,
+🤗 Datasets and 🤗 Transformers are imported inside the functions that need them: the data scripts never pay for
+TensorFlow.
 """
 
+import argparse
 import atexit
+import contextlib
 import copy
 import dataclasses
 import functools
 import glob
 import hashlib
-import io
 import itertools
 import json
 import logging
@@ -35,85 +35,67 @@ import uuid
 logger = logging.getLogger("utils")
 
 # ----------------------------------------------------------------------------------------------------------------
-# The shard contract: what prepare_tfrecord_shards.py writes into each split folder, and run_mlm.py reads.
+# The shard contract. Each split folder holds, written in this order:
 #
-#   INCOMPLETE                               written first, deleted once the manifest is written
-#   dataset-{index}-{num_samples}.tfrecord   the samples, as tf.train.Example records
+#   INCOMPLETE                               first; deleted once the manifest is written
+#   dataset-{index}-{num_samples}.tfrecord   the samples (the record format: prepare_tfrecord_shards.py)
 #   token_counts.json                        how many times each token id occurs in the samples, a JSON list
-#   manifest.json                            written last, once every shard is complete: a Manifest
+#   manifest.json                            last, once every shard is complete: a Manifest
 
-# Shards are named as in the original Transformers TPU example, so that shards made by it keep working:
-# the second number is how many samples (tf.train.Example records) the file holds.
+# The names of the original Transformers TPU example, whose shards run_mlm.py reads too.
 SHARD_NAME = "dataset-{index}-{num_samples}.tfrecord"
 SHARD_NAME_PATTERN = re.compile(r"dataset-(\d+)-(\d+)\.tfrecord$")
-# Each record holds these two int64 features, each a list of exactly max_length values.
-INPUT_IDS = "input_ids"  # The token ids of one sample.
-ATTENTION_MASK = "attention_mask"  # All ones (samples are never padded): kept for readers of the original format.
 MANIFEST_NAME = "manifest.json"
-# The shortest sample worth masking. Samples are cut from a stream in which each document is wrapped in <s> ... </s>,
-# so two of a sample's tokens may be a document bound, never masked; at 15 % masking, one sample of 16 tokens in ten
-# still draws no masked token (0.85 ** 14), and shorter ones leave a masked token almost no context.
-MIN_MAX_LENGTH = 16
-# run_mlm.py scores its model against the best constant predictor, a table of the training tokens' frequencies.
 TOKEN_COUNTS_NAME = "token_counts.json"
-# A folder that still has this file was left by an interrupted run, and holds only part of the split.
 INCOMPLETE_MARKER_NAME = "INCOMPLETE"
+# The shortest sample worth masking: two of its tokens may be a document bound (</s> <s>), never masked, and at 15 %
+# one sample of 16 tokens in ten still draws no mask (0.85 ** 14); shorter ones leave a mask almost no context.
+MIN_MAX_LENGTH = 16
 
 
 @dataclasses.dataclass
 class Manifest:
-    """manifest.json of a split folder. The first three fields are those run_mlm.py needs; manifests of older
-    versions of prepare_tfrecord_shards.py may lack the others."""
+    """manifest.json of a split folder."""
+    split: str
     max_length: int
+    num_samples: int
+    num_tokens: int
+    dropped_tokens: int  # Tokens at the ends of the parts that did not fill a sample.
+    num_parts: int  # Parts of the split written side by side (processes or Beam workers), each cut on its own.
+    num_texts: int
+    tokenizer: str  # What --tokenizer_name_or_path named.
     vocab_size: int
-    # For each shard, in order: {"file": its name, "num_samples": N, "num_bytes": its size}. run_mlm.py compares
-    # the size with the file's, so that a truncated copy is found early; older manifests give no size.
+    vocabulary_fingerprint: str  # See vocabulary_fingerprint: run_mlm.py compares it with its tokenizer's.
+    # In order: {"file", "num_samples", "num_bytes"}; run_mlm.py compares each size with the file's.
     shards: list
-    split: str | None = None
-    num_samples: int | None = None
-    num_tokens: int | None = None
-    dropped_tokens: int | None = None  # Tokens at the ends of the parts that did not fill a sample.
-    num_parts: int | None = None  # Parts of the split written side by side (processes or Beam workers).
-    num_texts: int | None = None
-    tokenizer: str | None = None  # What --tokenizer_name_or_path named.
-    vocabulary_fingerprint: str | None = None  # See vocabulary_fingerprint: run_mlm.py compares it with its own.
 
     def to_json(self):
         return json.dumps(dataclasses.asdict(self), indent=2)
 
     @classmethod
     def from_json(cls, data, path):
-        """The manifest in `data` (the bytes of the file at `path`), or SystemExit saying what is wrong with it
-        (see diagnostics.manifest_error)."""
+        """The manifest in `data` (the bytes of the file at `path`), or SystemExit saying what is wrong with it."""
         try:
             fields = json.loads(data)
-            complete = all(isinstance(shard, dict) and name in shard for shard in fields["shards"]
-                           for name in ("file", "num_samples"))
-            manifest = cls(**{field.name: fields[field.name] for field in dataclasses.fields(cls)
-                              if field.name in fields})
-        except (ValueError, TypeError, KeyError):  # Not JSON, not an object, a field missing.
-            complete = False
-        if complete:
-            return manifest
-        from diagnostics import manifest_error  # What is wrong, loaded only once something is.
+            if all(shard.keys() >= {"file", "num_samples", "num_bytes"} for shard in fields["shards"]):
+                return cls(**{field.name: fields[field.name] for field in dataclasses.fields(cls)})
+        except (ValueError, TypeError, KeyError, AttributeError):  # Not JSON, not an object, a field missing.
+            pass
+        from diagnostics import manifest_error
 
-        error = manifest_error(cls, data, path)
-        if error is not None:
-            raise error
-        known = {field.name for field in dataclasses.fields(cls)}
-        return cls(**{name: value for name, value in fields.items() if name in known})
+        raise manifest_error(cls, data, path)
 
 
 def vocabulary_fingerprint(tokenizer):
-    """A hash of a 🤗 Tokenizers tokenizer's vocabulary, every token with its id (added tokens included): shards
-    and model must agree on what every id means. A Tokenizer loaded from tokenizer.json and the backend_tokenizer
-    of the same folder's AutoTokenizer give the same value."""
+    """A hash of every token of a 🤗 Tokenizers tokenizer with its id: shards and model must agree on what each id
+    means. A Tokenizer loaded from tokenizer.json and the backend_tokenizer of its AutoTokenizer give the same."""
     pairs = sorted(tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda pair: pair[1])
     return hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Google Cloud Storage
+# Local files and Cloud Storage. TensorFlow reads and writes gs:// itself (tf.io.gfile, TFRecord files,
+# checkpoints); everything else goes through these functions, which take a local path or a gs:// one.
 
 
 def is_gcs_path(path):
@@ -126,11 +108,6 @@ def split_gcs_path(path):
     return bucket, name
 
 
-def folder_prefix(name):
-    """The prefix that the objects in the folder `name` of a bucket start with: "a/b/" for "a/b", "" for the root."""
-    return name.rstrip("/") + "/" if name.rstrip("/") else ""
-
-
 @functools.cache
 def gcs_client():
     """A google-cloud-storage client with Application Default Credentials (see diagnostics.CREDENTIALS_ADVICE)."""
@@ -139,49 +116,98 @@ def gcs_client():
     return storage.Client()
 
 
-def check_gcs_path(path, *, write=False):
-    """Fails at once, saying what to do, when the gs:// `path` cannot be read (or, with `write`, written): no
-    credentials, no such bucket, no permission. Local paths pass unchecked.
+def gcs_blob(path):
+    bucket, name = split_gcs_path(path)
+    return gcs_client().bucket(bucket).blob(name)
 
-    Called before any long work, so that hours of work never end in a failed first write (and because
-    TensorFlow's makedirs never returns for a missing bucket). Writing needs permission to create and delete
-    objects too (a shard is published by renaming it: a copy, then a delete), checked with a probe object.
-    """
+
+def gcs_folder(path):
+    """The bucket of a gs:// folder and the prefix of its objects: "a/b/" for gs://bucket/a/b, "" for the root."""
+    bucket, name = split_gcs_path(path)
+    return gcs_client().bucket(bucket), name.rstrip("/") + "/" if name.rstrip("/") else ""
+
+
+def check_gcs_path(path, *, write=False):
+    """Stops at once, saying what to do, when the gs:// `path` cannot be read (with `write`, written): before any
+    long work, so that hours of it never end in a failed first write. Writing is probed with an object created and
+    deleted, as publishing a shard needs both. Local paths pass."""
     if not is_gcs_path(path):
         return
     bucket, name = split_gcs_path(path)
-    prefix = re.split(r"[*?[]", name, maxsplit=1)[0]  # A glob (gs://bucket/train/*.tfrecord) up to its wildcard.
+    prefix = re.split(r"[*?[]", name, maxsplit=1)[0]  # A glob (gs://bucket/train/*.txt) up to its wildcard.
     try:
-        client = gcs_client()
-        next(iter(client.list_blobs(bucket, prefix=prefix, max_results=1)), None)
+        next(iter(gcs_client().list_blobs(bucket, prefix=prefix, max_results=1)), None)
         if write:
-            probe = client.bucket(bucket).blob(posixpath.join(prefix, f".write-check-{uuid.uuid4().hex}"))
+            probe = gcs_blob(f"gs://{bucket}/{posixpath.join(prefix, f'.write-check-{uuid.uuid4().hex}')}")
             probe.upload_from_string(b"")
             probe.delete()
     except Exception as err:
-        from diagnostics import explain_gcs_error  # The advice, loaded only when access failed.
+        from diagnostics import explain_gcs_error
 
-        explanation = explain_gcs_error(path, bucket, err, write=write)
-        if explanation is None:
-            raise
-        raise explanation from err
+        raise explain_gcs_error(path, bucket, err, write=write) or err
 
 
+def open_file(path, mode="rb"):
+    """A local or gs:// file opened for reading or writing ("rb", "wb", "r", "w"); text is UTF-8."""
+    if is_gcs_path(path):
+        return gcs_blob(path).open(mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+    return open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+
+
+def exists(path):
+    return gcs_blob(path).exists() if is_gcs_path(path) else os.path.exists(path)
+
+
+def file_size(path):
+    return gcs_client().bucket(split_gcs_path(path)[0]).get_blob(split_gcs_path(path)[1]).size \
+        if is_gcs_path(path) else os.path.getsize(path)
+
+
+def rename(source, destination):
+    """Moves a file, replacing `destination` (atomically on a local disk; a copy and a delete in a bucket)."""
+    if is_gcs_path(source):
+        blob = gcs_blob(source)
+        blob.bucket.rename_blob(blob, split_gcs_path(destination)[1])
+    else:
+        os.replace(source, destination)
+
+
+def folder_entries(path):
+    """The names of the files and sub-folders in the folder `path`; [] when it does not exist."""
+    if not is_gcs_path(path):
+        return os.listdir(path) if os.path.isdir(path) else []
+    bucket, prefix = gcs_folder(path)
+    names = {blob.name[len(prefix):].split("/")[0] for blob in bucket.list_blobs(prefix=prefix)}
+    return sorted(names - {""})
+
+
+def delete(path):
+    """Deletes a file, or a folder and everything in it; nothing if there is none."""
+    if is_gcs_path(path):
+        bucket, prefix = gcs_folder(path)
+        blobs = list(bucket.list_blobs(prefix=prefix)) or [blob for blob in [bucket.get_blob(prefix[:-1])] if blob]
+        for blob in blobs:
+            blob.delete()
+    elif os.path.isdir(path):
+        shutil.rmtree(path)
+    elif os.path.exists(path):
+        os.remove(path)
+
+
+@functools.cache  # One copy per path, however many loaders read it.
 def local_copy(path):
-    """A path that 🤗 libraries can read: `path` itself when it is local (or a Hub id); for a gs:// file or folder,
-    a copy in a new local temporary folder, deleted when the script exits."""
+    """A path that 🤗 libraries can read: `path` itself when it is local (or a Hub id); for a gs:// file, or the
+    files of a gs:// folder (not its sub-folders), a copy in a temporary folder deleted when the script exits."""
     if not is_gcs_path(path):
         return path
-    bucket_name, name = split_gcs_path(path)
-    bucket = gcs_client().bucket(bucket_name)
     local_dir = tempfile.mkdtemp(prefix="from-gcs-")
     atexit.register(shutil.rmtree, local_dir, ignore_errors=True)
-    single_file = bucket.get_blob(name) if name and not name.endswith("/") else None
+    bucket, name = split_gcs_path(path)
+    single_file = gcs_client().bucket(bucket).get_blob(name) if name and not name.endswith("/") else None
     if single_file is not None:
-        local_path = os.path.join(local_dir, posixpath.basename(name))
-        single_file.download_to_filename(local_path)
-        return local_path
-    prefix = folder_prefix(name)
+        single_file.download_to_filename(os.path.join(local_dir, posixpath.basename(name)))
+        return os.path.join(local_dir, posixpath.basename(name))
+    bucket, prefix = gcs_folder(path)
     files = [blob for blob in bucket.list_blobs(prefix=prefix, delimiter="/") if not blob.name.endswith("/")]
     if not files:
         raise SystemExit(f"error: there is no file at {path!r}.")
@@ -190,168 +216,90 @@ def local_copy(path):
     return local_dir
 
 
-def upload_to_gcs(local_dir, path):
-    """Copies the files of a local folder (sub-folders included) to the gs:// folder `path`, replacing any that
-    are there."""
-    bucket_name, name = split_gcs_path(path)
-    bucket = gcs_client().bucket(bucket_name)
+def upload_folder(local_dir, path):
+    """Copies a local folder, sub-folders included, into the gs:// folder `path`, replacing what is there."""
     for root, _, files in os.walk(local_dir):
         for file in files:
-            local_path = os.path.join(root, file)
-            relative = os.path.relpath(local_path, local_dir).replace(os.sep, "/")
-            bucket.blob(posixpath.join(name, relative)).upload_from_filename(local_path)
+            relative = os.path.relpath(os.path.join(root, file), local_dir).replace(os.sep, "/")
+            gcs_blob(posixpath.join(path, relative)).upload_from_filename(os.path.join(root, file))
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Reading a text corpus (train_unigram.py and prepare_tfrecord_shards.py)
 
-# Which 🤗 Datasets builder reads a local file, by its extension.
-FILE_BUILDERS = {".txt": "text", ".text": "text", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+# Which 🤗 Datasets builder reads a file, by its extension: the one format detection of the scripts.
+FILE_BUILDERS = {".txt": "text", ".text": "text", ".csv": "csv", ".json": "json", ".jsonl": "json",
+                 ".parquet": "parquet"}
 
 
 def file_builder(path):
-    """The 🤗 Datasets builder that reads the file `path`, by its extension ("text", "json", "parquet"); None for
-    an unknown one. The one format detection of the scripts and of beam_pipeline.py."""
     return FILE_BUILDERS.get(os.path.splitext(path)[1].lower())
 
 
-def open_binary(path, chunk_size=None):
-    """Opens a local or gs:// file for reading bytes; a gs:// file is downloaded `chunk_size` bytes at a time
-    (default: google-cloud-storage's, 40 MiB)."""
-    if is_gcs_path(path):
-        bucket, name = split_gcs_path(path)
-        return gcs_client().bucket(bucket).blob(name).open("rb", chunk_size=chunk_size)
-    return open(path, "rb")
-
-
-def open_text(path, start=0, end=None):
-    """Opens a local or gs:// text file for reading, lines split at "\\n", "\\r\\n" or "\\r" (Python's universal
-    newlines); gs:// files are streamed by google-cloud-storage, since TensorFlow's GFile splits at "\\n" only.
-
-    With `start` or `end` (None: the end of the file), only the whole lines that begin at a byte position in
-    [start, end): consecutive byte ranges, wherever cut, give each line of the file once (prepare_tfrecord_shards.py
-    cuts files into parts so).
-    """
-    if not start and end is None:
-        return io.TextIOWrapper(open_binary(path), encoding="utf-8")
-    # A line begins at 0 and after each "\n". With a small download size for the probes of a gs:// file.
-    with open_binary(path, chunk_size=2**16) as probe:
-        start, end = (position if position in (0, None) else next_line_start(probe, position)
-                      for position in (start, end))
-    return io.TextIOWrapper(io.BufferedReader(ByteRange(open_binary(path), start, end)), encoding="utf-8")
-
-
-def next_line_start(file, position):
-    """The first byte position at or after `position` where a line of the open binary `file` begins, or its size."""
-    file.seek(position - 1)
-    return position - 1 + len(file.readline())  # The byte before `position`, up to and with the next "\n".
-
-
-class ByteRange(io.RawIOBase):
-    """Bytes `start` to `end` (None: to the end) of an open binary file, read as a file of their own."""
-
-    def __init__(self, file, start, end):
-        super().__init__()
-        file.seek(start)
-        self.file = file
-        self.remaining = float("inf") if end is None else end - start
-
-    def readable(self):
-        return True
-
-    def readinto(self, buffer):
-        data = self.file.read(min(len(buffer), self.remaining))
-        buffer[:len(data)] = data
-        self.remaining -= len(data)
-        return len(data)
-
-    def close(self):
-        self.file.close()
-        super().close()
-
-
-def load_text_splits(*, data_files=None, dataset_name=None, dataset_config=None, splits=None,
-                     trust_remote_code=False):
-    """{split: a streamed 🤗 `IterableDataset`} of `data_files` ({split: [paths]}: local text, JSON-lines or
-    Parquet files) or of the Hub dataset `dataset_name` (`splits`: the names of those to open, None for all).
-    Streaming keeps memory flat whatever the corpus size, and copies no local file into a cache first.
-    """
-    import datasets  # Imported here: run_mlm.py never needs it.
-
-    if data_files:
-        return datasets.load_dataset(data_files_format(data_files), data_files=data_files, streaming=True)
-
-    from diagnostics import check_hub_reachable
-
-    check_hub_reachable(dataset_name)
-    try:
-        corpus = datasets.load_dataset(dataset_name, dataset_config, streaming=True,
-                                       trust_remote_code=trust_remote_code)
-    except (ConnectionError, FileNotFoundError, ValueError) as err:
-        raise SystemExit(
-            f"error: could not load the dataset {dataset_name!r} (config {dataset_config!r}) from the Hub: {err}\n"
-            "Check the name and config, or pass local files instead (--train_file ...).") from err
-    if splits:
-        missing = [split for split in splits if split not in corpus]
-        if missing:
-            raise SystemExit(f"error: the dataset {dataset_name!r} has no split {missing}; "
-                             f"it has {sorted(corpus)}.")
-        corpus = {split: corpus[split] for split in splits}
-    return dict(corpus)
-
-
 def add_corpus_arguments(group):
-    """The flags of text_batches that train_unigram.py and prepare_tfrecord_shards.py share, added to an argparse
-    group; each script adds its own --split and file flags."""
+    """The corpus flags that train_unigram.py and prepare_tfrecord_shards.py share; each adds its file flags."""
     group.add_argument("--dataset_name", default="Salesforce/wikitext",
                        help="Dataset on the Hugging Face Hub (default: %(default)s).")
     group.add_argument("--dataset_config", default="wikitext-103-raw-v1",
                        help="Configuration of the Hub dataset (default: %(default)s).")
     group.add_argument("--text_column", default="text",
                        help="Column holding the text, for Hub datasets and JSON/Parquet files (default: %(default)s).")
-    group.add_argument("--limit", type=int,
+    group.add_argument("--limit", type=positive_int,
                        help="Read only the first LIMIT records of each split, for a quick run (default: all).")
     group.add_argument("--trust_remote_code", action="store_true",
                        help="Allow a Hub dataset to run its own loading script. Off by default: only turn it on "
                             "for datasets whose code you trust.")
 
 
-def text_batches(*, text_column, batch_size, limit=None, data_files=None, **hub_dataset):
-    """{split: iterator of lists of up to `batch_size` texts}, empty and whitespace-only texts left out; `limit`
-    caps the records read from each split. Text files (`data_files`, local or gs://) are read directly, faster
-    than through 🤗 Datasets; anything else (`hub_dataset`: the other arguments of load_text_splits) through it.
-    """
+def text_batches(*, text_column, batch_size, limit=None, data_files=None, dataset_name=None, dataset_config=None,
+                 splits=None, trust_remote_code=False):
+    """{split: iterator of lists of up to `batch_size` texts}, empty and whitespace-only texts left out, `limit`
+    records read at most per split, streamed: memory stays flat whatever the corpus size. From `data_files`
+    ({split: [paths]}) or the Hub dataset `dataset_name` (`splits`: those to read, None for all). Text files are
+    read here, at disk speed; the others through 🤗 Datasets."""
     if data_files and data_files_format(data_files) == "text":
-        if text_column != "text":  # As 🤗 Datasets' "text" builder, which names its only column "text".
+        if text_column != "text":  # As 🤗 Datasets' "text" builder, whose only column is "text".
             raise SystemExit(f"error: the data has no column {text_column!r}; its columns are ['text']. "
                              "Choose one with --text_column.")
         return {split: iter_text_file_batches(paths, batch_size, limit) for split, paths in data_files.items()}
-    corpus = load_text_splits(data_files=data_files, **hub_dataset)
-    return {split: iter_text_batches(dataset, text_column, batch_size, limit) for split, dataset in corpus.items()}
+    import datasets  # Only here: it takes a second to import.
+
+    if data_files:
+        corpus = datasets.load_dataset(data_files_format(data_files), data_files=data_files, streaming=True)
+    else:
+        from diagnostics import check_hub_reachable
+
+        check_hub_reachable(dataset_name)
+        try:
+            corpus = datasets.load_dataset(dataset_name, dataset_config, streaming=True,
+                                           trust_remote_code=trust_remote_code)
+        except (ConnectionError, FileNotFoundError, ValueError) as err:
+            raise SystemExit(f"error: could not load the dataset {dataset_name!r} (config {dataset_config!r}) from "
+                             f"the Hub: {err}\nCheck the name and config, or pass local files instead "
+                             "(--train_file ...).") from err
+        missing = [split for split in splits or [] if split not in corpus]
+        if missing:
+            raise SystemExit(f"error: the dataset {dataset_name!r} has no split {missing}; it has {sorted(corpus)}.")
+    return {split: iter_text_batches(dataset, text_column, batch_size, limit) for split, dataset in corpus.items()
+            if not splits or split in splits}
 
 
-def data_files_format(data_files):
-    """The 🤗 Datasets builder ("text", "json" or "parquet") that reads every file of `data_files` ({split: [paths]});
+def data_files_format(data_files, formats=("text", "json", "parquet")):
+    """The 🤗 Datasets builder, one of `formats`, that reads every file of `data_files` ({split: [paths]});
     SystemExit for a missing file, an unknown extension or a mix of formats."""
     builders = set()
     for split, paths in data_files.items():
         for path in paths:
             builder = file_builder(path)
-            if builder is None:
-                raise SystemExit(
-                    f"error: cannot read {path!r}: unknown extension {os.path.splitext(path)[1].lower()!r}. "
-                    f"Use text ({', '.join(e for e, b in FILE_BUILDERS.items() if b == 'text')}), "
-                    f"JSON lines (.json, .jsonl) or Parquet (.parquet) files.")
+            if builder not in formats:
+                extensions = ", ".join(extension for extension, known in FILE_BUILDERS.items() if known in formats)
+                raise SystemExit(f"error: cannot read {path!r}: unknown extension "
+                                 f"{os.path.splitext(path)[1].lower()!r}. Use files of one of these: {extensions}.")
             if is_gcs_path(path) and builder != "text":
-                raise SystemExit(
-                    f"error: cannot read {path!r}: JSON-lines and Parquet files are read from local disk only. Copy "
-                    "them first (`gcloud storage cp`), or use text files, which are read from gs:// directly.")
-            if is_gcs_path(path):
-                bucket, name = split_gcs_path(path)
-                exists = gcs_client().bucket(bucket).blob(name).exists()
-            else:
-                exists = os.path.isfile(path)
-            if not exists:
+                raise SystemExit(f"error: cannot read {path!r}: JSON-lines and Parquet files are read from local "
+                                 "disk only. Copy them first (`gcloud storage cp`), or use text files, which are "
+                                 "read from gs:// directly.")
+            if not exists(path):
                 raise SystemExit(f"error: the {split} file {path!r} does not exist.")
             builders.add(builder)
     if len(builders) > 1:
@@ -360,198 +308,205 @@ def data_files_format(data_files):
 
 
 def iter_text_batches(dataset, text_column, batch_size, limit=None):
-    """Yields lists of up to `batch_size` texts from `dataset`, leaving out empty and whitespace-only texts;
-    `limit` caps the records read (before empty ones are left out)."""
+    """The texts of a streamed 🤗 dataset in lists of up to `batch_size`; `limit` records at most."""
     if text_column not in (dataset.column_names or [text_column]):
-        raise SystemExit(f"error: the data has no column {text_column!r}; its columns are "
-                         f"{dataset.column_names}. Choose one with --text_column.")
-    if limit is not None:
-        dataset = dataset.take(limit)
-    for batch in dataset.iter(batch_size=batch_size):
-        texts = [text for text in batch[text_column] if text and not text.isspace()]
-        if texts:
-            yield texts
+        raise SystemExit(f"error: the data has no column {text_column!r}; its columns are {dataset.column_names}. "
+                         "Choose one with --text_column.")
+    texts = (record[text_column] for record in (dataset.take(limit) if limit is not None else dataset))
+    return batches_of_texts(texts, batch_size)
 
 
 def iter_text_file_batches(files, batch_size, limit=None):
-    """iter_text_batches for text files: the same texts as 🤗 Datasets' "text" builder gives, read at disk speed.
-    Each item of `files` is a local or gs:// path, or a (path, start, end) byte range as open_text takes it."""
+    """iter_text_batches for text files (paths, or (path, start, end) byte ranges): the texts that 🤗 Datasets'
+    "text" builder gives, read at disk speed."""
     return batches_of_texts(itertools.islice(iter_text_file_lines(files), limit), batch_size)
 
 
 def iter_text_file_lines(files):
-    """The lines of text files (paths, or (path, start, end) byte ranges, as open_text takes them), without their
-    line breaks. Invalid UTF-8 raises SystemExit, saying where it is and what to do."""
+    """The lines of text files, without their line breaks: "\\n", "\\r\\n" or "\\r", as Python's universal newlines
+    and 🤗 Datasets split them. Each of `files` is a path, or a (path, start, end) byte range: the lines that begin
+    in [start, end) (end None: the end of the file), a line beginning at 0 and after each "\\n". Consecutive ranges,
+    wherever cut, give each line once (prepare_tfrecord_shards.py cuts files into parts so)."""
     for file in files:
         path, start, end = (file, 0, None) if isinstance(file, (str, os.PathLike)) else file
-        with open_text(path, start, end) as f:
-            try:
-                for line in f:
-                    yield line.rstrip("\n")
-            except UnicodeDecodeError as err:
-                from diagnostics import not_utf8_error
+        with open_file(path, "rb") as f:
+            if start:
+                f.seek(start - 1)
+                f.readline()  # The byte before `start`, up to and with the "\n" that ends its line.
+            position = f.tell()
+            for line in f:
+                if end is not None and position >= end:
+                    break
+                position += len(line)
+                try:
+                    text = line.decode("utf-8").removesuffix("\n")
+                except UnicodeDecodeError as err:
+                    from diagnostics import not_utf8_error
 
-                raise SystemExit(not_utf8_error(path)) from err
+                    raise SystemExit(not_utf8_error(path)) from err
+                yield from text.removesuffix("\r").split("\r")
 
 
 def batches_of_texts(texts, batch_size):
-    """Yields the texts of an iterable in lists of up to `batch_size`, leaving out empty and whitespace-only ones
-    (and None, a missing value in a table)."""
-    batch = []
-    for text in texts:
-        if text and not text.isspace():
-            batch.append(text)
-            if len(batch) == batch_size:
-                yield batch
-                batch = []
-    if batch:
+    """The texts in lists of up to `batch_size`, less empty and whitespace-only ones (and None, a missing value)."""
+    texts = (text for text in texts if text and not text.isspace())
+    while batch := list(itertools.islice(texts, batch_size)):
         yield batch
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Output folders, tokenizers and the Hub
+# Flags, output folders, tokenizers, configs, saving
 
 
-def check_output_dir(path, overwrite):
-    """Refuses to write into a folder that already holds files, unless the user said `overwrite`; refuses a file.
-    The output-folder policy of every script; run_mlm.py lets a folder hold a run it resumes (see
-    TrainingRun.prepare_output_dir), and clears an earlier run's state with clear_run_state, as run_classification.py
-    does."""
-    refuse_a_file(path)
-    if is_gcs_path(path):
-        bucket, name = split_gcs_path(path)
-        is_empty = next(iter(gcs_client().list_blobs(bucket, prefix=folder_prefix(name), max_results=1)),
-                        None) is None
-    else:
-        is_empty = not os.path.exists(path) or not os.listdir(path)
-    if not is_empty and not overwrite:
-        raise SystemExit(f"error: the output folder {path!r} is not empty. Choose another --output_dir, "
-                         "or pass --overwrite to replace what this run writes there.")
+def positive_int(text):
+    """An argparse type: an integer above 0 ("argument --limit: must be a positive number, got 0")."""
+    if int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {int(text)}")
+    return int(text)
 
 
-def refuse_a_file(path):
-    """Stops when the --output_dir `path` (local or gs://) is a file."""
-    if is_gcs_path(path):
-        bucket, name = split_gcs_path(path)
-        is_file = bool(name.rstrip("/")) and gcs_client().bucket(bucket).blob(name.rstrip("/")).exists()
-    else:
-        is_file = os.path.exists(path) and not os.path.isdir(path)
-    if is_file:
+def check_output_dir(path, overwrite, resumable=(), stale=()):
+    """The output-folder policy of every script. --output_dir may not be a file; a folder that holds anything
+    but `resumable` (what the script resumes from) is refused without --overwrite; with it, `stale` (what an
+    earlier run left that would mix with this one's: TensorBoard events, checkpoints) is deleted first."""
+    if (is_gcs_path(path) and split_gcs_path(path)[1].strip("/") and gcs_blob(path.rstrip("/")).exists()) or (
+            not is_gcs_path(path) and os.path.exists(path) and not os.path.isdir(path)):
         raise SystemExit(f"error: --output_dir {path!r} is a file, not a folder. Choose another --output_dir "
                          "(a folder, which is created if it does not exist).")
+    foreign = [name for name in folder_entries(path) if name not in resumable]
+    if foreign and not overwrite:
+        raise SystemExit(f"error: the output folder {path!r} "
+                         + ("holds files that are not a checkpoint of this script to resume from" if resumable
+                            else "is not empty")
+                         + ". Choose another --output_dir, or pass --overwrite to replace what this script writes "
+                           "there.")
+    if overwrite:
+        for name in stale:
+            delete(posixpath.join(path, name) if is_gcs_path(path) else os.path.join(path, name))
 
 
-def clear_run_state(path, names):
-    """Deletes the files and folders `names` of the output folder `path` (local or gs://), left by an earlier run:
-    TensorBoard adds event files to what is there, and a checkpoint would be resumed."""
-    import tensorflow as tf
-
-    for name in names:
-        entry = os.path.join(path, name)
-        if tf.io.gfile.isdir(entry):
-            tf.io.gfile.rmtree(entry)
-        elif tf.io.gfile.exists(entry):
-            tf.io.gfile.remove(entry)
-
-
-def load_auto_tokenizer(local_path, name_or_path, flag):
-    """`AutoTokenizer.from_pretrained(local_path)`, where `local_path` is `name_or_path` or its local copy (see
-    local_copy), and `flag` the option that named it; a missing folder or an id that cannot be loaded raises
-    SystemExit saying which, instead of 🤗 Hub's errors about repository ids."""
+def load_tokenizer(name_or_path, flag, advice=None):
+    """AutoTokenizer.from_pretrained of a local or gs:// folder or a Hub id, named by the option `flag`: the one
+    tokenizer loader. A missing folder or an id that cannot be loaded stops with `advice` (default: train one with
+    train_unigram.py), instead of 🤗 Hub's errors about repository ids."""
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
     from transformers import AutoTokenizer
 
+    advice = advice or (f"Pass the folder written by train_unigram.py (train one with `python train_unigram.py "
+                        f"--output_dir {name_or_path}`), or a Hub tokenizer id while online.")
+    local_path = local_copy(name_or_path)
     if not os.path.isdir(local_path):
         try:
             validate_repo_id(local_path)
         except HFValidationError:  # A path ("/a/b", "./a", "a/b/c"), which cannot be a Hub id.
-            raise SystemExit(
-                f"error: the tokenizer folder {name_or_path!r} ({flag}) does not exist. Check the path, or train "
-                f"a tokenizer there with `python train_unigram.py --output_dir {name_or_path}`.") from None
+            raise SystemExit(f"error: the tokenizer folder {name_or_path!r} ({flag}) does not exist. Check the "
+                             f"path. {advice}") from None
     try:
         return AutoTokenizer.from_pretrained(local_path)
-    except (OSError, ValueError) as err:  # Not found on the Hub, offline, or a folder without tokenizer files.
+    except (OSError, ValueError) as err:  # Not on the Hub, offline, or a folder without tokenizer files.
         where = ("the folder holds no tokenizer that AutoTokenizer can load" if os.path.isdir(local_path)
                  else "there is no such local folder, and it could not be loaded from the Hugging Face Hub")
-        raise SystemExit(
-            f"error: cannot load the tokenizer {name_or_path!r} ({flag}): {where}.\n{type(err).__name__}: {err}\n"
-            f"Pass the folder written by train_unigram.py (train one with `python train_unigram.py --output_dir "
-            f"{name_or_path}`), or a Hub tokenizer id while online.") from err
+        raise SystemExit(f"error: cannot load the tokenizer {name_or_path!r} ({flag}): {where}.\n"
+                         f"{type(err).__name__}: {err}\n{advice}") from err
 
 
-def push_folder_to_hub(folder, repo_id, commit_message, ignore_patterns=None):
-    """Uploads a saved folder (but files matching `ignore_patterns`) to the Hub repository `repo_id`, created if needed.
-    The folder is saved before, so a failed push loses nothing: the error says how to retry by hand."""
-    from huggingface_hub import create_repo, upload_folder
+def load_config(name_or_path, flag, advice):
+    """AutoConfig.from_pretrained of a local or gs:// folder or file, or a Hub id: the one config loader."""
+    from transformers import AutoConfig
 
     try:
-        create_repo(repo_id, exist_ok=True)
-        url = upload_folder(repo_id=repo_id, folder_path=folder, commit_message=commit_message,
-                            ignore_patterns=ignore_patterns)
-    except (OSError, ValueError) as err:  # Network, authentication and bad-name errors.
+        return AutoConfig.from_pretrained(local_copy(name_or_path))
+    except (OSError, ValueError) as err:  # No such folder or id, no config.json, or not a config.
+        raise SystemExit(f"error: cannot load the model config {name_or_path!r} ({flag}): {err}\n{advice}") from err
+
+
+# RoBERTa-style models number positions from pad_token_id + 1: they need that many more position embeddings than
+# their longest sequence (RoBERTa-base: 514 for 512 tokens).
+MODELS_WITH_POSITION_OFFSET = ("roberta", "xlm-roberta", "camembert", "roberta-prelayernorm")
+
+
+def check_max_length(config, max_length, can_override=False):
+    """Stops when samples of `max_length` tokens need more position embeddings than `config` has; `can_override`:
+    the script has --config_overrides."""
+    offset = config.pad_token_id + 1 if config.model_type in MODELS_WITH_POSITION_OFFSET else 0
+    needed = max_length + offset
+    if needed > config.max_position_embeddings:
         raise SystemExit(
-            f"error: pushing to the Hub repository {repo_id!r} failed: {err}\n"
-            f"Nothing is lost: everything is saved in {folder!r}. Log in with `huggingface-cli login` "
-            f"(or set HF_TOKEN), then upload it with `huggingface-cli upload {repo_id} {folder}`.") from err
-    return url
+            f"error: --max_length {max_length} needs {needed} position embeddings, but the model has "
+            f"max_position_embeddings={config.max_position_embeddings}, enough for "
+            f"{config.max_position_embeddings - offset} tokens. Lower --max_length"
+            + (f", or add max_position_embeddings={needed} to --config_overrides." if can_override else "."))
 
 
-def save_final_folder(output_dir, write, description, hub_model_id=None, commit_message=None,
-                      ignore_patterns=None):
-    """Has `write(folder)` write the final files into a local folder, then puts them in `output_dir` and, with
-    `hub_model_id`, on the Hub (but files matching `ignore_patterns`). save_pretrained and the Hub client work on
-    local folders only: for a gs:// `output_dir`, `folder` is a temporary one, deleted once uploaded and pushed."""
+def save_folder(output_dir, write, description, hub_model_id=None, commit_message=None, ignore_patterns=None):
+    """Has `write(folder)` write files into a local folder, then puts them in `output_dir` and, with
+    `hub_model_id`, on the Hub (less `ignore_patterns`). save_pretrained and the Hub client write and read local
+    folders only: for a gs:// `output_dir`, `folder` is a temporary one."""
     local_dir = tempfile.mkdtemp() if is_gcs_path(output_dir) else output_dir
     write(local_dir)
     if local_dir != output_dir:
-        upload_to_gcs(local_dir, output_dir)
+        upload_folder(local_dir, output_dir)
     logger.info("%s saved to %s", description, output_dir)
     if hub_model_id:
-        url = push_folder_to_hub(local_dir, hub_model_id, commit_message, ignore_patterns)
+        from huggingface_hub import create_repo, upload_folder as upload_to_hub
+
+        try:
+            create_repo(hub_model_id, exist_ok=True)
+            url = upload_to_hub(repo_id=hub_model_id, folder_path=local_dir, commit_message=commit_message,
+                                ignore_patterns=ignore_patterns)
+        except (OSError, ValueError) as err:  # Network, authentication and bad-name errors.
+            raise SystemExit(
+                f"error: pushing to the Hub repository {hub_model_id!r} failed: {err}\nNothing is lost: everything "
+                f"is saved in {output_dir!r}. Log in with `huggingface-cli login` (or set HF_TOKEN), then upload "
+                f"it with `huggingface-cli upload {hub_model_id} {local_dir}`.") from err
         logger.info("Pushed to %s", url)
     if local_dir != output_dir:
         shutil.rmtree(local_dir)
 
 
-# The PyTorch copy of a saved model: a complete model folder (config, tokenizer, weights) inside the TensorFlow one,
-# for 🤗 Transformers 5, which has no TensorFlow. Not beside tf_model.h5: Transformers 4.57's TensorFlow loader
-# prefers a model.safetensors (or a sharded model.safetensors.index.json) to tf_model.h5, and fails on PyTorch ones.
+# A model's copy for 🤗 Transformers 5, which has no TensorFlow: a complete model folder inside the TensorFlow one.
+# Not beside tf_model.h5: Transformers 4.57's TensorFlow loader prefers any model.safetensors, and fails on these.
 PYTORCH_SUBFOLDER = "pytorch"
 
 
 def save_pytorch_copy(model, tokenizer, folder):
-    """Writes into {folder}/pytorch a copy of the 🤗 TF model `model` that Transformers 5 loads with PyTorch: its
-    config, `tokenizer`, and its weights in float32 (whatever the training precision) as a PyTorch-format
-    model.safetensors. Transformers' own TF-to-PyTorch name mapping gives each weight its PyTorch name and layout;
-    safetensors' numpy writer needs no PyTorch. (TensorFlow's save_pretrained(safe_serialization=True) would keep
-    the TF names, which Transformers 5 ignores: it would load a randomly initialised model.)"""
+    """Writes into {folder}/pytorch the 🤗 TF `model` as Transformers 5 loads it with PyTorch: config, `tokenizer`,
+    float32 weights in a PyTorch-format model.safetensors, named and laid out by Transformers' own TF-to-PyTorch
+    mapping, written by safetensors' numpy writer: no PyTorch needed. (TensorFlow's own safetensors keep the TF
+    names, which Transformers 5 ignores: it would load random weights.)"""
     import numpy as np
     from safetensors.numpy import save_file
     from transformers.modeling_tf_pytorch_utils import apply_transpose, convert_tf_weight_name_to_pt_weight_name
 
     pytorch_dir = os.path.join(folder, PYTORCH_SUBFOLDER)
     config = copy.deepcopy(model.config)
-    config.architectures = [type(model).__name__.removeprefix("TF")]  # The PyTorch class: RobertaForMaskedLM.
+    config.architectures = [type(model).__name__.removeprefix("TF")]  # RobertaForMaskedLM
     config.save_pretrained(pytorch_dir)
     tokenizer.save_pretrained(pytorch_dir)
     tensors = {}
     for weight in model.weights:
         name, transpose = convert_tf_weight_name_to_pt_weight_name(weight.name, tf_weight_shape=weight.shape)
-        tensors[name] = np.ascontiguousarray(apply_transpose(transpose, weight.numpy(), pt_to_tf=False),
-                                             dtype=np.float32)
+        tensors[name] = np.ascontiguousarray(apply_transpose(transpose, weight.numpy(), pt_to_tf=False), np.float32)
     save_file(tensors, os.path.join(pytorch_dir, "model.safetensors"), metadata={"format": "pt"})
 
 
-def model_name(output_dir):
-    """The name a model card gives the model: the last part of its --output_dir, even when the card is written to a
-    local copy of a gs:// folder."""
-    return os.path.basename(output_dir.rstrip("/") if is_gcs_path(output_dir) else os.path.abspath(output_dir))
+def write_model_card(folder, output_dir, task, example, description):
+    """README.md in `folder`, for the Hub: the model's name (the last part of `output_dir`), `description`, and how
+    to run it in the `task` pipeline on `example`, with PyTorch and with TensorFlow."""
+    from huggingface_hub import ModelCard, ModelCardData
 
+    name = os.path.basename(output_dir.rstrip("/") if is_gcs_path(output_dir) else os.path.abspath(output_dir))
+    data = ModelCardData(library_name="transformers", pipeline_tag=task, tags=["tensorflow", "pytorch"])
+    ModelCard(f"""---
+{data.to_yaml()}
+---
 
-def model_card_usage(task, example):
-    """The "Use" section of a model card: the `task` pipeline on `example`, with PyTorch and with TensorFlow."""
-    return f"""## Use
+# {name}
+
+{description}
+
+## Use
 
 With 🤗 Transformers 5 and PyTorch, from the folder `{PYTORCH_SUBFOLDER}/` (a copy converted from TensorFlow's):
 
@@ -570,24 +525,11 @@ from transformers import pipeline
 pipe = pipeline("{task}", model="PATH_OR_HUB_ID", framework="tf", dtype=None)
 print(pipe("{example}"))
 ```
-"""
+""").save(os.path.join(folder, "README.md"))
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Models and hardware (run_mlm.py and run_classification.py): the tf.distribute strategy
-#
-# TensorFlow is imported inside these functions, so that the two data scripts, which import utils too, never pay
-# for it.
-
-# RoBERTa-style models number positions from pad_token_id + 1, so they need that many more position embeddings
-# than the longest sequence (RoBERTa-base: 514 for 512 tokens).
-MODELS_WITH_POSITION_OFFSET = ("roberta", "xlm-roberta", "camembert", "roberta-prelayernorm")
-
-
-def position_offset(config):
-    """The position embeddings that `config`'s model uses beyond its longest sequence: pad_token_id + 1 for the
-    RoBERTa family, 0 for the others. run_mlm.py and run_classification.py check --max_length with it."""
-    return config.pad_token_id + 1 if config.model_type in MODELS_WITH_POSITION_OFFSET else 0
+# Hardware (run_mlm.py and run_classification.py)
 
 
 def add_hardware_arguments(parser):
@@ -601,69 +543,49 @@ def add_hardware_arguments(parser):
     hardware.add_argument("--gcp_project", help="Google Cloud project of that TPU (TPU Nodes and pod slices).")
     hardware.add_argument("--no_tpu", action="store_true",
                           help="Do not use a TPU even if this machine has one: use GPUs or the CPU.")
-    hardware.add_argument("--num_cpu_replicas", type=int, default=1,
+    hardware.add_argument("--num_cpu_replicas", type=positive_int, default=1,
                           help="On a machine without GPUs, split the CPU into this many devices and train one "
-                               "replica on each: a dry run of multi-replica training without accelerators "
-                               "(default: %(default)s).")
-    hardware.add_argument("--steps_per_execution", type=int, default=1,
+                               "replica on each: a dry run of multi-replica training (default: %(default)s).")
+    hardware.add_argument("--steps_per_execution", type=positive_int, default=1,
                           help="Steps run per call from Python into the device; larger values cut the per-step "
                                "overhead, mostly on TPUs (default: %(default)s).")
     hardware.add_argument("--bfloat16", action="store_true",
                           help="Mixed precision: compute in bfloat16, keep weights in float32. Fast on TPUs and "
                                "recent GPUs (A100, H100); slow on CPUs.")
     # Both spellings of the negative flag: argparse's BooleanOptionalAction would only accept --no-jit_compile.
-    # The default (None) depends on the device: see use_jit_compile.
     hardware.add_argument("--jit_compile", action="store_true", default=None,
                           help="Compile each replica's forward and backward pass with XLA. Default: on with GPUs, "
                                "off on a CPU, where XLA measured slower for these models (benchmarks/README.md); "
-                               "pass it there to rehearse a TPU's compilation. TPUs always compile everything "
-                               "with XLA, whatever the flag.")
+                               "pass it there to rehearse a TPU's compilation. TPUs compile everything with XLA, "
+                               "whatever the flag.")
     hardware.add_argument("--no_jit_compile", "--no-jit_compile", dest="jit_compile", action="store_false",
                           help="Run the forward and backward pass without XLA, on GPUs too.")
-    return hardware
 
 
-def split_cpu(num_replicas):
-    """Splits the CPU into `num_replicas` logical devices, when there is no GPU. Must run before TF starts up."""
-    import tensorflow as tf
-
-    if num_replicas > 1 and not tf.config.list_physical_devices("GPU"):
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * num_replicas)
-
-
-# Every TPU chip is a PCI device of Google's vendor id; its device id names the generation (v2 and v3 share one,
-# told apart by the subsystem id). These are the ids that Google's tpu-info tool reads.
+# Every TPU chip is a PCI device of Google's vendor id, its device id naming the generation (v2 and v3 share one,
+# told apart by the subsystem id): the ids that Google's tpu-info tool reads.
 GOOGLE_PCI_VENDOR_ID = "0x1ae0"
 TPU_GENERATIONS = {("0x0027", "0x004e"): "v2", ("0x0027", "0x004f"): "v3", "0x005e": "v4", "0x0062": "v5p",
                    "0x0063": "v5e", "0x006f": "v6e", "0x0076": "7x"}
 
 
 def local_tpu_chips(root="/"):
-    """The TPU chips attached to this machine, by generation, e.g. {"v4": 4}; {} on a machine without any. Read
-    from the PCI devices in sysfs, as JAX, PyTorch/XLA and tpu-info do: this works before (and without) any TPU
-    software. Should sysfs not show them, /dev/accel* files (v2 to v4) count as chips of unknown generation.
-    `root` lets tests point at a fake tree."""
+    """This machine's TPU chips by generation, e.g. {"v4": 4}, read from the PCI devices in sysfs as JAX and
+    tpu-info do: this works without any TPU software. /dev/accel* files count as chips of unknown generation when
+    sysfs shows none. `root` lets tests point at a fake tree."""
     chips = {}
     for device in glob.glob(os.path.join(root, "sys/bus/pci/devices/*")):
         ids = {}
         for name in ("vendor", "device", "subsystem_device"):
-            try:
-                with open(os.path.join(device, name)) as f:
-                    ids[name] = f.read().strip()
-            except OSError:
-                ids[name] = None
-        if ids["vendor"] != GOOGLE_PCI_VENDOR_ID:
-            continue
-        generation = (TPU_GENERATIONS.get((ids["device"], ids["subsystem_device"]))
-                      or TPU_GENERATIONS.get(ids["device"]))
-        if generation:  # Google's other PCI devices (e.g. its network cards) are not TPUs.
+            with contextlib.suppress(OSError), open(os.path.join(device, name)) as f:
+                ids[name] = f.read().strip()
+        generation = ids.get("vendor") == GOOGLE_PCI_VENDOR_ID and (
+            TPU_GENERATIONS.get((ids.get("device"), ids.get("subsystem_device")))
+            or TPU_GENERATIONS.get(ids.get("device")))
+        if generation:  # Google's other PCI devices (its network cards) are not TPUs.
             chips[generation] = chips.get(generation, 0) + 1
-    if not chips:
-        accel_files = glob.glob(os.path.join(root, "dev/accel[0-9]*"))
-        if accel_files:
-            chips["unknown generation"] = len(accel_files)
-    return chips
+    accel_files = glob.glob(os.path.join(root, "dev/accel[0-9]*"))
+    return chips or ({"unknown generation": len(accel_files)} if accel_files else {})
 
 
 def choose_strategy(args, root="/"):
@@ -673,8 +595,9 @@ def choose_strategy(args, root="/"):
     the script stops and says why. `root` lets tests point at a fake sysfs."""
     import tensorflow as tf
 
-    split_cpu(args.num_cpu_replicas)
-    # A machine with TPU chips uses them by default: the probe stays here, as every run without --no_tpu needs it.
+    if args.num_cpu_replicas > 1 and not tf.config.list_physical_devices("GPU"):
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.num_cpu_replicas)
     chips = {} if args.no_tpu else local_tpu_chips(root)
     tpu_name = args.tpu_name or ("local" if chips else None)
     if tpu_name:
@@ -685,36 +608,28 @@ def choose_strategy(args, root="/"):
             tf.tpu.experimental.initialize_tpu_system(resolver)
             return tf.distribute.TPUStrategy(resolver), True
         except Exception as err:  # Each TPU set-up failure has its own type; all mean "this TPU is not usable".
-            if tpu_name == "local" and chips:
-                from diagnostics import explain_unusable_tpu, tensorflow_build, tpu_holders
+            from diagnostics import explain_tpu_error
 
-                raise SystemExit(explain_unusable_tpu(chips, err, tensorflow_build(), tpu_holders(root))) from err
-            raise SystemExit(
-                f"error: cannot use the TPU {tpu_name!r}: {type(err).__name__}: {err}\n"
-                + ("This machine has no TPU chips: --tpu_name local works on a TPU VM only. "
-                   if tpu_name == "local" else
-                   "Check the name, --tpu_zone and --gcp_project, and that the TPU is READY "
-                   "(`gcloud compute tpus tpu-vm list`). ")
-                + "To train on GPUs or the CPU instead, leave out --tpu_name or pass --no_tpu.") from err
+            raise SystemExit(explain_tpu_error(tpu_name, chips, err, root)) from err
     if "TF_CONFIG" in os.environ:
         return tf.distribute.MultiWorkerMirroredStrategy(), False
     devices = [device.name for device in tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")]
     if len(devices) == 1:
-        # MirroredStrategy over a single device still pays for its cross-replica machinery on every step (its cost
-        # is measured in benchmarks/README.md); OneDeviceStrategy keeps the same code path
-        # (scope, distributed datasets, replica context) without it.
+        # MirroredStrategy would pay for its cross-replica machinery on every step (benchmarks/README.md);
+        # OneDeviceStrategy keeps the same code path (scope, distributed datasets, replica context) without it.
         return tf.distribute.OneDeviceStrategy(devices[0]), False
     return tf.distribute.MirroredStrategy(devices), False
 
 
 def set_up_training(args, input_paths):
     """What both training scripts do first, in this order; returns (strategy, on_tpu, jit_compile). The gs://
-    paths first: a missing bucket or permission must not wait for a TPU to start. Then the strategy, before any
-    TensorFlow op; then the seeds and the precision, before any model is built."""
+    paths first: a missing bucket must not wait for a TPU to start. Then the strategy, before any TensorFlow op;
+    then the seeds and the precision, before any model is built."""
     import tf_keras as keras
 
     for path in input_paths:
-        check_gcs_path(path)
+        if path:
+            check_gcs_path(path)
     check_gcs_path(args.output_dir, write=True)
     strategy, on_tpu = choose_strategy(args)
     set_seed(args.seed)
@@ -724,10 +639,9 @@ def set_up_training(args, input_paths):
 
 
 def set_seed(seed):
-    """Seeds Python, NumPy and TensorFlow: what keras.utils.set_random_seed does, less the seed generator it also
-    installs. tf-keras 2.18 draws from that one with random.randint(1, 1e9), which Python 3.12 refuses (a float
-    bound); without it, tf-keras draws its layers' seeds with random.randint(1, int(1e9)) from Python's own
-    generator, seeded here just the same."""
+    """Seeds Python, NumPy and TensorFlow: keras.utils.set_random_seed less the seed generator it installs, which
+    draws with random.randint(1, 1e9), a float bound that Python 3.12 refuses. Without it, tf-keras draws its
+    layers' seeds from Python's own generator, seeded here all the same."""
     import numpy as np
     import tensorflow as tf
 
@@ -737,47 +651,39 @@ def set_seed(seed):
 
 
 def use_jit_compile(args, on_tpu):
-    """Whether to XLA-compile each replica's forward and backward pass: --jit_compile/--no_jit_compile if given,
-    else on with GPUs (where XLA's fused kernels pay) and off on a CPU (where they measured slower). On a TPU the
-    whole step is compiled by XLA anyway, and compiling part of it again inside would gain nothing."""
+    """Whether to XLA-compile each replica's forward and backward pass: as --jit_compile says, else on with GPUs
+    (where XLA's fused kernels pay) and off on a CPU (where they measured slower). A TPU compiles the whole step
+    with XLA anyway."""
     import tensorflow as tf
 
     if on_tpu:
         return False
-    if args.jit_compile is not None:
-        return args.jit_compile
-    return bool(tf.config.list_logical_devices("GPU"))
+    return args.jit_compile if args.jit_compile is not None else bool(tf.config.list_logical_devices("GPU"))
 
 
 def count_hosts(strategy):
-    """Machines whose CPUs run an input pipeline: the hosts of a TPU (one for a TPU VM, all of a pod slice's), or
-    the workers of a multi-worker cluster."""
+    """Machines whose CPUs run an input pipeline of their own: the hosts of a TPU (one for a TPU VM, all of a pod
+    slice's), or the workers of a multi-worker cluster."""
     import tensorflow as tf
 
     if isinstance(strategy, tf.distribute.TPUStrategy):
         return strategy.extended.num_hosts
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        cluster = strategy.cluster_resolver.cluster_spec().as_dict()
-        return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
+        return len(host_addresses(strategy))
     return 1
 
 
 def host_addresses(strategy):
-    """The addresses of the hosts counted by count_hosts, as the cluster resolver gives them ([] for one host)."""
+    """The addresses of a multi-host strategy's hosts, as its cluster resolver gives them ([] for none)."""
     resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or count_hosts(strategy) == 1:
-        return []
-    cluster = resolver.cluster_spec().as_dict()
+    cluster = resolver.cluster_spec().as_dict() if resolver is not None else {}
     return [*cluster.get("chief", []), *cluster.get("worker", [])]
 
 
 def strategy_name(strategy):
-    import tensorflow as tf
-
-    # MultiWorkerMirroredStrategy is the public name of the class TF calls CollectiveAllReduceStrategy.
-    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        return "MultiWorkerMirroredStrategy"
-    return type(strategy).__name__
+    # MultiWorkerMirroredStrategy is the public name of the class that TensorFlow calls CollectiveAllReduceStrategy.
+    name = type(strategy).__name__
+    return "MultiWorkerMirroredStrategy" if name == "CollectiveAllReduceStrategy" else name
 
 
 if __name__ == "__main__":

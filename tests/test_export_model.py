@@ -144,7 +144,7 @@ def test_every_weight_keeps_its_role_with_all_weights_far_from_their_start(model
     import transformers
     from transformers import AutoTokenizer
 
-    from utils import save_pytorch_copy
+    from export_model import save_pytorch_copy
 
     folder = model_folder(model, request)
     model_class, texts, forward = MODELS[model]

@@ -109,7 +109,7 @@ def test_too_little_text_for_one_sample_fails_clearly(tmp_path, tokenizer_dir):
 def test_bad_numbers_are_refused(tmp_path, tokenizer_dir):
     result = run_script("prepare_tfrecord_shards.py", "--train_file", WIKITEXT / "validation.txt",
                         "--max_length", 0, "--output_dir", tmp_path / "out", expect_failure=True)
-    assert "--max_length must be a positive number" in result.stderr
+    assert "argument --max_length: must be a positive number, got 0" in result.stderr
 
 
 def test_samples_too_short_to_mask_are_refused(tmp_path):
@@ -154,15 +154,15 @@ def test_shard_writer_fills_shards_across_batches_and_chunks(tmp_path, monkeypat
 
     monkeypatch.setattr(ShardWriter, "CHUNK_SIZE", 4)  # Serialize in chunks smaller than a shard and a batch.
     samples = np.arange(23 * 3).reshape(23, 3)
-    for part, names in [(0, ["dataset-0-10.tfrecord", "dataset-1-10.tfrecord", "dataset-2-3.tfrecord"]),
-                        (5, ["part-5-0.tfrecord.tmp", "part-5-1.tfrecord.tmp", "part-5-2.tfrecord.tmp"])]:
+    for part in (0, 5):
+        names = [f"part-{part}-{index}.tfrecord.tmp" for index in range(3)]
         folder = tmp_path / str(part)
         folder.mkdir()
         writer = ShardWriter(str(folder), shard_size=10, max_length=3, part=part)
         for start, end in [(0, 1), (1, 14), (14, 20), (20, 23)]:
             writer.add(samples[start:end])
         writer.close()
-        # The first part's shards take their final names at once; the others' wait for finish_split.
+        # Every shard keeps its temporary name until finish_split numbers the shards of all parts.
         assert [(shard["file"], shard["num_samples"]) for shard in writer.shards] == list(zip(names, [10, 10, 3]))
         assert all(shard["num_bytes"] == (folder / shard["file"]).stat().st_size for shard in writer.shards)
         assert sorted(path.name for path in folder.iterdir()) == sorted(names)
@@ -171,12 +171,14 @@ def test_shard_writer_fills_shards_across_batches_and_chunks(tmp_path, monkeypat
 
 
 def test_text_files_are_read_as_datasets_reads_them(tmp_path):
-    from utils import iter_text_batches, iter_text_file_batches, load_text_splits
+    import datasets
+
+    from utils import iter_text_batches, iter_text_file_batches
 
     (tmp_path / "a.txt").write_bytes(b"first line\r\n\r\n  \nsecond\rthird\t \n\n\xc3\xa9t\xc3\xa9 \xe2\x80\xa8 fin")
     (tmp_path / "b.txt").write_text(" \nother file\n")
     paths = [str(tmp_path / "a.txt"), str(tmp_path / "b.txt")]
-    dataset = load_text_splits(data_files={"train": paths})["train"]
+    dataset = datasets.load_dataset("text", data_files={"train": paths}, streaming=True)["train"]
     for batch_size, limit in [(2, None), (100, None), (2, 4), (3, 9)]:
         batches = list(iter_text_file_batches(paths, batch_size, limit))
         assert all(0 < len(batch) <= batch_size for batch in batches)

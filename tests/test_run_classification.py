@@ -266,9 +266,11 @@ def test_an_unfinished_pretraining_run_is_named_with_what_to_do(pretrained_model
 
 def test_bad_model(pretrained_model_dir, tokenizer_dir, tmp_path):
     args = fine_tune_args(pretrained_model_dir, tmp_path / "model")
-    assert_fails([*args, "--max_length", 65], "--max_length 65 is beyond what the model can read",
-                 "66 position embeddings, enough for 64 tokens")
-    assert_fails([*args, "--model_name_or_path", tokenizer_dir], f"'{tokenizer_dir}' is not a model folder")
+    assert_fails([*args, "--max_length", 65], "--max_length 65 needs 67 position embeddings",
+                 "max_position_embeddings=66, enough for 64 tokens. Lower --max_length.")
+    assert_fails([*args, "--model_name_or_path", tokenizer_dir],
+                 f"cannot load the model config '{tokenizer_dir}' (--model_name_or_path)",
+                 "Pass the folder that run_mlm.py saved")
     encoder_only = tmp_path / "encoder-only"
     shutil.copytree(pretrained_model_dir, encoder_only, ignore=shutil.ignore_patterns("checkpoints", "logs"))
     config = json.loads((encoder_only / "config.json").read_text())

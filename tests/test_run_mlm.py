@@ -259,7 +259,7 @@ def test_shards_of_another_tokenizer_are_refused(train_args, tokenizer_dir, shar
 
 
 def test_shards_of_an_interrupted_prepare_run_are_refused(train_args, tokenizer_dir, tmp_path):
-    # Enough text that writing its shards takes seconds: the process is killed once its first shard is complete.
+    # Enough text that writing its shards takes seconds: the process is killed once it has written a shard.
     text = (WIKITEXT / "validation.txt").read_text()
     (tmp_path / "big.txt").write_text(text * (5_000_000 // len(text) + 1))
     split_dir = tmp_path / "shards" / "train"
@@ -268,7 +268,7 @@ def test_shards_of_an_interrupted_prepare_run_are_refused(train_args, tokenizer_
                "--shard_size", "10", "--output_dir", str(tmp_path / "shards")]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while not list(split_dir.glob("*.tfrecord")) and process.poll() is None and time.monotonic() < deadline:
+    while not list(split_dir.glob("*.tfrecord.tmp")) and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     process.kill()
     process.wait()

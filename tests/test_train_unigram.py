@@ -279,12 +279,12 @@ def test_sample_size_draws_from_the_first_limit_records_of_json_lines(tmp_path):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--sample_size", "0"], "--sample_size must be a positive number, got 0."),
-    (["--sample_size", "-5"], "--sample_size must be a positive number, got -5."),
+    (["--sample_size", "0"], "argument --sample_size: must be a positive number, got 0"),
+    (["--sample_size", "-5"], "argument --sample_size: must be a positive number, got -5"),
     (["--seed", "3"], "--seed sets the sample drawn by --sample_size: give --sample_size too"),
     (["--sample_size", "10", "--seed", "-1"], "--seed must be 0 or more, got -1."),
-    (["--limit", "0"], "--limit must be a positive number, got 0."),
-    (["--batch_size", "-1"], "--batch_size must be a positive number, got -1."),
+    (["--limit", "0"], "argument --limit: must be a positive number, got 0"),
+    (["--batch_size", "-1"], "argument --batch_size: must be a positive number, got -1"),
 ])
 def test_bad_sampling_values_are_refused_clearly(argv, message, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["train_unigram.py", *argv])
