@@ -1,7 +1,6 @@
-"""prepare_tfrecord_shards.py --runner: the same work, part by part, as an Apache Beam pipeline: on this machine
-(DirectRunner) or on as many machines as the corpus needs (DataflowRunner). The script imports this module only with
---runner, so that the local path neither needs Beam installed nor pays for its import; setup.py ships it to the
-Dataflow workers.
+"""prepare_tfrecord_shards.py --runner: the same work, part by part, as an Apache Beam pipeline, on this machine
+(DirectRunner) or on as many machines as the corpus needs (DataflowRunner). Imported with --runner only, so that the
+local path neither needs Beam nor pays for its import; setup.py ships it to the Dataflow workers.
 
   per split:  parts ──Reshuffle──► write_part, on the workers ──┬─► shards written ──ToList──┐
                                                                 └─► token counts ────sum─────┴─► finish_split
@@ -15,6 +14,7 @@ import functools
 import glob
 import json
 import logging
+import math
 import os
 import re
 
@@ -27,13 +27,15 @@ logger = logging.getLogger("prepare_tfrecord_shards")
 
 def match_files(patterns):
     """[(path, size)] of the files that the glob `patterns` (local or gs://) match, in order, each once; a pattern
-    that matches nothing is an error."""
+    that matches nothing is an error. gs:// through utils' client, the scripts' one way to Cloud Storage, not
+    Beam's FileSystems."""
     files = {}
     for pattern in patterns:
         if is_gcs_path(pattern):
             bucket, name = split_gcs_path(pattern)
             prefix = re.split(r"[*?[]", name, maxsplit=1)[0]  # Listed up to the first wildcard, then matched.
-            matches = {f"gs://{bucket}/{blob.name}": blob.size for blob in gcs_client().list_blobs(bucket, prefix=prefix)
+            blobs = gcs_client().list_blobs(bucket, prefix=prefix)
+            matches = {f"gs://{bucket}/{blob.name}": blob.size for blob in blobs
                        if fnmatch.fnmatchcase(blob.name, name) and not blob.name.endswith("/")}
         else:
             matches = {path: os.path.getsize(path) for path in glob.glob(pattern) if os.path.isfile(path)}
@@ -44,72 +46,66 @@ def match_files(patterns):
 
 
 def beam_parts(files, part_size):
-    """The parts of a split for the Beam pipeline: each text or JSON-lines file (`files`: [(path, size)]) cut into
-    parts of at most `part_size` bytes (see plan_parts), each Parquet file one part."""
+    """The parts of a split: each text or JSON-lines file of `files` ([(path, size)]) cut into parts of at most
+    `part_size` bytes (see plan_parts), each Parquet file one part."""
     parts = []
     for path, size in files:
         if file_builder(path) == "parquet":
             parts.append([(path, 0, size)])
         else:
-            parts += plan_parts([path], [size], -(-size // part_size))  # ceil(size / part_size) parts.
+            parts += plan_parts([path], [size], max(1, math.ceil(size / part_size)))  # An empty file: none.
     return parts
 
 
 def part_texts(part, text_column):
-    """The texts of a part (a list of byte ranges of one file, see beam_parts), read without 🤗 Datasets, which
-    reads JSON-lines and Parquet files from local disk only: text files line by line, JSON-lines files the
-    `text_column` of each line, Parquet files that column of each row."""
+    """The texts of a part (byte ranges of one file, see beam_parts): the lines of a text file, the `text_column`
+    of each line of a JSON-lines file or of each row of a Parquet file. Read here, not by 🤗 Datasets, which reads
+    JSON-lines and Parquet files from local disk only."""
     path = part[0][0]
     data_format = file_builder(path)
     if data_format == "text":
         yield from iter_text_file_lines(part)
     elif data_format == "json":
-        for line in iter_text_file_lines(part):
-            if line.strip():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as err:
-                    record = err
-                if not isinstance(record, dict):
-                    raise SystemExit(f"error: {path!r} is not a JSON-lines file (one JSON object per line): "
-                                     f"{line[:100]!r}")
-                if text_column not in record:
-                    raise SystemExit(f"error: a line of {path!r} has no column {text_column!r}; its columns are "
-                                     f"{sorted(record)}. Choose one with --text_column.")
-                yield record[text_column]
+        for line in filter(str.strip, iter_text_file_lines(part)):  # The lines that are not blank.
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                record = None
+            if not isinstance(record, dict):
+                raise SystemExit(f"error: {path!r} is not a JSON-lines file (one JSON object per line): "
+                                 f"{line[:100]!r}")
+            if text_column not in record:
+                raise SystemExit(f"error: a line of {path!r} has no column {text_column!r}; its columns are "
+                                 f"{sorted(record)}. Choose one with --text_column.")
+            yield record[text_column]
     else:
         import pyarrow.parquet as parquet
 
         with open_file(path, "rb") as f:
-            table = parquet.ParquetFile(f)
-            if text_column not in table.schema_arrow.names:
+            parquet_file = parquet.ParquetFile(f)
+            if text_column not in parquet_file.schema_arrow.names:
                 raise SystemExit(f"error: {path!r} has no column {text_column!r}; its columns are "
-                                 f"{table.schema_arrow.names}. Choose one with --text_column.")
-            for batch in table.iter_batches(columns=[text_column]):
+                                 f"{parquet_file.schema_arrow.names}. Choose one with --text_column.")
+            for batch in parquet_file.iter_batches(columns=[text_column]):
                 yield from batch.column(0).to_pylist()
 
 
-@functools.cache
-def load_tokenizer_once(name_or_path):
-    """load_tokenizer, once per worker process: a Beam worker writes many parts."""
-    return load_tokenizer(name_or_path)
+load_tokenizer_once = functools.cache(load_tokenizer)  # Once per worker process: a Beam worker writes many parts.
 
 
 def write_part_on_beam_worker(numbered_part, split_dir, args):
-    """write_part for one part of the Beam pipeline, on a worker; its result, with the part's number."""
+    """write_part for one part of the Beam pipeline, on a worker: (its result with the part's number, its token
+    counts), the counts apart to be summed, not gathered with every part's result."""
     number, part = numbered_part
-    # One tokenizer thread per process, set before its first batch starts 🤗 Tokenizers' pool (see start_worker):
-    # Beam runs a process per core (Dataflow: one per vCPU of each machine), so cores are used already, and more
-    # threads per process would only compete for them.
+    # One tokenizer thread per process, set before 🤗 Tokenizers starts its pool at the first batch: Beam runs a
+    # process per core already (Dataflow: one per vCPU), and more threads would only compete for the cores.
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
     tokenizer, vocab_size = load_tokenizer_once(args.tokenizer_name_or_path)
     batches = batches_of_texts(part_texts(part, args.text_column), args.batch_size)
-    return {"part": number, **write_part(number, batches, tokenizer, vocab_size, split_dir, args,
-                                         progress=lambda num_texts, num_samples: None)}
-
-
-def without_token_counts(written):
-    return {key: value for key, value in written.items() if key != "token_counts"}
+    written = write_part(number, batches, tokenizer, vocab_size, split_dir, args,
+                         progress=lambda num_texts, num_samples: None)
+    token_counts = written.pop("token_counts")
+    return {"part": number, **written}, token_counts
 
 
 def finish_split_on_beam_worker(split, split_dir, args, parts, token_counts):
@@ -156,16 +152,12 @@ def run_beam_pipeline(data_files, args):
                        | f"{split}: parts" >> beam.Create(list(enumerate(parts)))
                        | f"{split}: spread over workers" >> beam.Reshuffle()
                        | f"{split}: write parts" >> beam.Map(write_part_on_beam_worker, split_dir, args))
-            token_counts = (written
-                            | f"{split}: token counts" >> beam.Map(lambda result: result["token_counts"])
-                            | f"{split}: sum" >> beam.CombineGlobally(sum))
-            shards = (written
-                      | f"{split}: shards" >> beam.Map(without_token_counts)
-                      | f"{split}: gather" >> beam.combiners.ToList())
+            results = written | f"{split}: results" >> beam.Keys() | f"{split}: gather" >> beam.combiners.ToList()
+            token_counts = written | f"{split}: counts" >> beam.Values() | f"{split}: sum" >> beam.CombineGlobally(sum)
             (pipeline
              | f"{split}: once" >> beam.Create([split])
              | f"{split}: finish" >> beam.Map(finish_split_on_beam_worker, split_dir, args,
-                                              beam.pvalue.AsSingleton(shards),
+                                              beam.pvalue.AsSingleton(results),
                                               beam.pvalue.AsSingleton(token_counts)))
     manifests = []
     for split in split_parts:

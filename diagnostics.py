@@ -1,15 +1,13 @@
-"""Diagnosis: what the scripts look at only when something has gone wrong, and `python utils.py check-tpu`.
+"""What the scripts look at only when something has gone wrong, and `python utils.py check-tpu`.
 
-Where a text file stops being UTF-8; whether the Hub can be reached at all, checked before 🤗 Datasets would
-retry for a minute; what to do when Cloud Storage refuses a path (credentials, bucket, permission); what is wrong
-with a manifest that cannot be read; which shards are damaged, once TensorFlow reported a damaged record without
-naming its file; the TensorFlow build installed and whether it can drive the TPU chips that utils.local_tpu_chips
-found, and the processes that hold them. utils.py and run_mlm.py import it to check the Hub before streaming a
-dataset and to explain an error; nothing else on a successful run needs it.
+Where a text file stops being UTF-8; whether the Hub can be reached; what to do when Cloud Storage refuses a path;
+what is wrong with an unreadable manifest; which shards are damaged; why TensorFlow cannot use the TPU chips that
+utils.local_tpu_chips found. Imported where needed: a successful run uses only the Hub check, on a Hub dataset.
 """
 
 import argparse
 import collections
+import contextlib
 import dataclasses
 import glob
 import json
@@ -21,34 +19,25 @@ import sys
 from utils import local_tpu_chips, open_file
 
 
-def check_hub_reachable(dataset_name):
-    """Fails at once when the Hub cannot be reached, instead of after a minute of retries in 🤗 Datasets."""
-    from huggingface_hub import HfApi, constants
-
-    if constants.HF_HUB_OFFLINE:  # Offline mode: 🤗 Datasets reads its local cache, if it has the dataset.
-        return
-    try:
-        HfApi().dataset_info(dataset_name, timeout=10)
-    except OSError as err:  # requests' connection and HTTP errors are OSErrors.
-        raise SystemExit(
-            f"error: cannot reach the dataset {dataset_name!r} on the Hugging Face Hub ({type(err).__name__}).\n"
-            "Without network access, train on local files instead: --train_file (and for the shards "
-            "--validation_file); with the Makefile, `make demo DATA=folder/with/train.txt/and/validation.txt`."
-        ) from err
+def hub_unreachable_error(dataset_name, err):
+    """The SystemExit for a Hub that utils.check_hub_reachable could not reach."""
+    return SystemExit(
+        f"error: cannot reach the dataset {dataset_name!r} on the Hugging Face Hub ({type(err).__name__}).\n"
+        "Without network access, train on local files instead: --train_file (and for the shards --validation_file); "
+        "with the Makefile, `make demo DATA=folder/with/train.txt/and/validation.txt`.")
 
 
 def not_utf8_error(path):
-    """The message for a text file that is not valid UTF-8: where its first invalid byte is, and how to convert it.
-    The text reader's error does not say where, so the file is read again in binary, line by line (no UTF-8
-    character holds the byte of "\\n": each line decodes on its own)."""
+    """The message for a text file that is not valid UTF-8: where its first invalid byte is (which the text
+    reader's error does not say), and how to convert it. Each line decodes on its own: no UTF-8 character holds the
+    byte of "\\n"."""
     offset = 0
     with open_file(path, "rb") as f:
         for line_number, line in enumerate(f, start=1):
             try:
                 line.decode("utf-8")
             except UnicodeDecodeError as err:
-                position = (f"line {line_number}, byte offset {offset + err.start} "
-                            f"(byte 0x{line[err.start]:02x})")
+                position = f"line {line_number}, byte offset {offset + err.start} (byte 0x{line[err.start]:02x})"
                 break
             offset += len(line)
         else:
@@ -62,7 +51,6 @@ CREDENTIALS_ADVICE = (
     "On a TPU VM, the VM's service account is used: create the VM with one that may use the bucket. Elsewhere, "
     "run `gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service account's "
     "key file.")
-
 
 
 def explain_gcs_error(path, bucket, err, *, write=False):
@@ -114,9 +102,10 @@ def manifest_error(manifest_class, data, path):
                       f"list of shards. {advice}")
 
 
-def damaged_shards(files):
-    """The files among `files` that TensorFlow cannot read to the end, each with where and why ("corrupted record
-    at BYTE": a bad checksum; "truncated record at BYTE": a cut-off file)."""
+def explain_damaged_shards(files):
+    """The SystemExit naming the shards among `files` that TensorFlow cannot read to the end, with where and why
+    ("corrupted record at BYTE": a bad checksum; "truncated record at BYTE": a cut-off file), once its DataLossError
+    named none; None when all of them read to the end."""
     import tensorflow as tf
 
     damaged = []
@@ -126,13 +115,6 @@ def damaged_shards(files):
         except tf.errors.DataLossError as err:
             reason = re.search(r"(corrupted|truncated) record at \d+", err.message)
             damaged.append(f"{file} ({reason.group(0) if reason else 'unreadable'})")
-    return damaged
-
-
-def explain_damaged_shards(files):
-    """The SystemExit naming the damaged shards among `files`, found by reading them all again, after TensorFlow
-    raised DataLossError without a file name; None when all of them read to the end."""
-    damaged = damaged_shards(files)
     if not damaged:
         return None
     return SystemExit(
@@ -151,20 +133,16 @@ def describe_chips(chips):
 
 
 def tpu_holders(root="/"):
-    """{pid: command line} of the processes, this one left out, that hold a TPU device file open."""
+    """{pid: command line} of the processes, this one left out, that hold a TPU device file open, read from /proc
+    (psutil's open_files lists regular files only)."""
     holders = {}
     for fd in glob.glob(os.path.join(root, "proc/[0-9]*/fd/*")):
-        try:
-            target = os.readlink(fd)
-        except OSError:  # The process ended, or is not ours to look at.
-            continue
         pid = int(fd.split(os.sep)[-3])
-        if TPU_DEVICE_FILE.search(target) and pid != os.getpid():
-            try:
+        with contextlib.suppress(OSError):  # The process ended, or is not ours to look at.
+            if pid != os.getpid() and TPU_DEVICE_FILE.search(os.readlink(fd)):
+                holders[pid] = "?"  # Unless its command line can be read.
                 with open(os.path.join(root, f"proc/{pid}/cmdline"), "rb") as f:
                     holders[pid] = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-            except OSError:
-                holders[pid] = "?"
     return holders
 
 
@@ -176,14 +154,13 @@ TensorFlowBuild = collections.namedtuple("TensorFlowBuild", "distribution versio
 
 
 def tensorflow_build(path=None):
-    """What the installed TensorFlow is, as a TensorFlowBuild; None when there is none. `path` lets tests use a
-    fake site-packages folder.
+    """The installed TensorFlow as a TensorFlowBuild, None when there is none; `path`: a fake site-packages folder.
 
-    - `tpu_support`: whether its libraries can load the TPU runtime: true for `tensorflow-tpu` and the TensorFlow
-      of Google's tpu-vm-tf-* images, false for the `tensorflow` wheels of PyPI.
-    - `distribution`, `version`: the distribution that owns the `tensorflow` package folder. The CPU/GPU and TPU
-      builds write the same folder, and pip lets both be installed (tf-keras, for one, depends on `tensorflow`):
-      the one installed last silently owns the files: its shared libraries have, on disk, the sizes its RECORD gives.
+    - `distribution`, `version`: of the distribution that owns the `tensorflow` package folder. The CPU/GPU and TPU
+      builds write the same folder, and pip lets both be installed (tf-keras depends on `tensorflow`): the one
+      installed last owns the files, and its shared libraries have, on disk, the sizes its RECORD gives.
+    - `tpu_support`: whether its libraries can load the TPU runtime (`tensorflow-tpu`, and the `tensorflow` of
+      Google's tpu-vm-tf-* images; not PyPI's `tensorflow`).
     - `installed`: every distribution that pip lists as providing the `tensorflow` package.
     """
     from importlib import metadata
@@ -206,7 +183,8 @@ def tensorflow_build(path=None):
 
 
 def file_contains(path, data):
-    """Whether the file `path` holds the bytes `data`: read through mmap, a gigabyte takes a second."""
+    """Whether the file `path` holds the bytes `data`, searched in place through mmap: TensorFlow's libraries are
+    large."""
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:
             return False
@@ -214,29 +192,29 @@ def file_contains(path, data):
             return contents.find(data) >= 0
 
 
-def describe_build(build):
-    """Why a TensorFlow `build` (see tensorflow_build) cannot drive a TPU, or None when it can."""
+def build_problem(build):
+    """Why a TensorFlow `build` (see tensorflow_build) cannot drive a TPU, and what to do; None when it can."""
     if build is None:
-        return "no installed TensorFlow owns the files of the `tensorflow` package folder."
+        return f"no installed TensorFlow owns the files of the `tensorflow` package folder. {INSTALL_TPU_ADVICE}"
     if build.tpu_support:
         return None
     shadowed = [name for name in build.installed if name != build.distribution]
     return (f"the installed TensorFlow, {build.distribution} {build.version}, is built for CPUs and GPUs only: it "
-            "cannot load the TPU runtime."
-            + (f" pip also lists {', '.join(shadowed)}, but its files were replaced by {build.distribution}'s, "
-               "installed after it (tf-keras, for one, depends on the plain `tensorflow`)." if shadowed else ""))
+            "cannot load the TPU runtime. "
+            + (f"pip also lists {', '.join(shadowed)}, but its files were replaced by {build.distribution}'s, "
+               "installed after it (tf-keras, for one, depends on the plain `tensorflow`). " if shadowed else "")
+            + INSTALL_TPU_ADVICE)
 
 
 def explain_unusable_tpu(chips, error, build, holders):
     """Why TensorFlow could not use this machine's TPU `chips`, and what to do, as an error message: from the
     `build` (see tensorflow_build) and the processes that hold the TPU (see tpu_holders)."""
-    if (problem := describe_build(build)) is not None:
-        cause = f"{problem} {INSTALL_TPU_ADVICE}"
-    elif holders:
+    cause = build_problem(build)
+    if cause is None and holders:
         processes = "; ".join(f"PID {pid}: {command}" for pid, command in holders.items())
         cause = (f"another process holds the TPU ({processes}). A TPU serves one process at a time: stop it "
                  "(`kill PID`), or wait for it to end. `sudo lsof -w /dev/accel* /dev/vfio/*` lists them too.")
-    else:
+    elif cause is None:
         cause = (f"TensorFlow failed to start it: {type(error).__name__}: {error}\n"
                  "Check the installation with `python utils.py check-tpu`.")
     return (f"error: this machine has TPU chips ({describe_chips(chips)}), but TensorFlow cannot use them: {cause}\n"
@@ -266,8 +244,8 @@ def check_tpu_setup(root="/"):
     except metadata.PackageNotFoundError:  # Google's tpu-vm-tf-* images ship it as a plain file.
         libtpu = os.environ.get("TPU_LIBRARY_PATH") or next(iter(glob.glob("/lib/libtpu.so")), None)
     problems = []
-    if (problem := describe_build(build)) is not None:
-        problems.append(f"{problem} {INSTALL_TPU_ADVICE}")
+    if (problem := build_problem(build)) is not None:
+        problems.append(problem)
     elif libtpu is None:
         problems.append(f"{build.distribution} {build.version} finds no TPU runtime: libtpu is not installed. "
                         + INSTALL_TPU_ADVICE)

@@ -49,13 +49,14 @@ from tqdm import tqdm
 
 from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, SHARD_NAME, TOKEN_COUNTS_NAME, Manifest,
                    add_corpus_arguments, check_gcs_path, check_output_dir, data_files_format, delete, exists,
-                   file_size, is_gcs_path, iter_text_file_batches, load_tokenizer as load_auto_tokenizer, local_copy, open_file,
-                   positive_int, rename, text_batches, vocabulary_fingerprint)
+                   file_size, is_gcs_path, iter_text_file_batches, local_copy, open_file, positive_int, rename,
+                   text_batches, vocabulary_fingerprint)
+from utils import load_tokenizer as load_auto_tokenizer
 
 logger = logging.getLogger("prepare_tfrecord_shards")
 
 # The least text worth a worker process of its own: its start (a new Python, the imports, the tokenizer) and the
-# tokens dropped at the end of its part are negligible beside 16 MiB, 6 to 8 s of tokenizing for a core.
+# tokens dropped at the end of its part are negligible beside 16 MiB, seconds of tokenizing for a core.
 MIN_BYTES_PER_WORKER = 16 * 2**20
 # With --runner, a file is cut into parts of at most this size: minutes of work for a core, long beside a
 # worker's start, short enough that a large corpus spreads over many workers.
@@ -78,7 +79,8 @@ def parse_args():
     parser.add_argument("--max_length", type=positive_int, default=128,
                         help=f"Tokens per sample, at least {MIN_MAX_LENGTH}: a sample may hold a document bound "
                              "(</s> <s>), and a masked token needs context (default: %(default)s).")
-    parser.add_argument("--shard_size", type=positive_int, default=1000, help="Samples per shard (default: %(default)s).")
+    parser.add_argument("--shard_size", type=positive_int, default=1000,
+                        help="Samples per shard (default: %(default)s).")
     parser.add_argument("--batch_size", type=positive_int, default=1000,
                         help="Texts tokenized at a time (default: %(default)s).")
     parser.add_argument("--num_workers", type=positive_int,
@@ -420,9 +422,9 @@ def finish_split(split, split_dir, parts, token_counts, tokenizer, vocab_size, a
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Worker processes: a split of text files cut into contiguous parts, each written by a process of its own. One
-# process cannot go past some 3 million tokens per second, however many cores tokenize for it: its one Python
-# thread serializes and writes under Python's global lock. Processes have a lock each.
+# Worker processes: a split of text files cut into contiguous parts, each written by a process of its own. However
+# many cores tokenize for it, one process is held back by its one Python thread, which serializes and writes under
+# Python's global lock (benchmarks/README.md); processes have a lock each.
 
 
 def available_cores():

@@ -45,9 +45,9 @@ import tf_keras as keras
 from transformers import TFAutoModelForMaskedLM, create_optimizer
 
 from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME,
-                   Manifest, add_hardware_arguments, check_max_length, check_output_dir, count_hosts, host_addresses,
-                   is_gcs_path, load_config, load_tokenizer, positive_int, save_folder, save_pytorch_copy,
-                   set_up_training, strategy_name, vocabulary_fingerprint, write_model_card)
+                   Manifest, add_hardware_arguments, check_max_length, check_output_dir, count_hosts, fraction,
+                   host_addresses, is_gcs_path, load_config, load_tokenizer, positive_int, save_folder,
+                   save_pytorch_copy, set_up_training, strategy_name, vocabulary_fingerprint, write_model_card)
 
 logger = logging.getLogger("run_mlm")
 
@@ -95,13 +95,14 @@ def parse_args():
     training.add_argument("--gradient_accumulation_steps", type=positive_int, default=1,
                           help="Micro-batches per step, their gradients added up: a larger batch in the same "
                                "memory (default: %(default)s).")
-    training.add_argument("--learning_rate", type=float, default=1e-4, help="Peak learning rate (default: %(default)s).")
+    training.add_argument("--learning_rate", type=float, default=1e-4,
+                          help="AdamW's peak learning rate (default: %(default)s).")
     training.add_argument("--weight_decay_rate", type=float, default=1e-3,
                           help="AdamW's decoupled weight decay, never on LayerNorm weights and biases "
                                "(default: %(default)s).")
     warmup = training.add_mutually_exclusive_group()
     warmup.add_argument("--warmup_steps", type=int, help="Steps of linear warmup before the linear decay to 0.")
-    warmup.add_argument("--warmup_ratio", type=float, default=0.05,
+    warmup.add_argument("--warmup_ratio", type=fraction, default=0.05,
                         help="Warmup as a fraction of all steps (default: %(default)s).")
     length = training.add_mutually_exclusive_group()
     length.add_argument("--num_epochs", type=positive_int, default=1,
@@ -129,10 +130,10 @@ def parse_args():
                      f"{MIN_MAX_LENGTH}, with prepare_tfrecord_shards.py.")
     if args.max_predictions_per_seq is None:
         args.max_predictions_per_seq = default_max_predictions(args.mlm_probability, args.max_length)
-    if not (0 < args.mlm_probability < 1 and 0 <= args.warmup_ratio < 1 and (args.warmup_steps or 0) >= 0
+    if not (0 < args.mlm_probability < 1 and (args.warmup_steps or 0) >= 0
             and 0 <= args.max_predictions_per_seq <= args.max_length):
-        parser.error("--mlm_probability must be in (0, 1), --warmup_ratio in [0, 1), --warmup_steps 0 or more, "
-                     "--max_predictions_per_seq from 0 to --max_length.")
+        parser.error("--mlm_probability must be in (0, 1), --warmup_steps 0 or more, and --max_predictions_per_seq "
+                     "from 0 to --max_length.")
     return args
 
 
@@ -157,7 +158,8 @@ def main(args):
     log_plan(args, strategy, plan, on_tpu, jit_compile, train_files, eval_files)
 
     # Where the run starts: nothing left to do, from scratch, or from the last checkpoint.
-    if not check_where_the_run_starts(args, plan, is_chief):
+    results = ResultsFile(args.output_dir, is_chief, args.overwrite)
+    if not check_where_the_run_starts(args, plan, results, is_chief):
         return
     if is_chief:
         save_config(args.output_dir, config, tokenizer)
@@ -166,7 +168,8 @@ def main(args):
         checkpoints = restore_last_checkpoint(args, trainer, is_chief)
     start_step = int(trainer.optimizer.iterations.numpy())
     logger.info("Model: %s with %.1fM parameters", config.model_type, trainer.mlm.count_params() / 1e6)
-    results = ResultsFile(args.output_dir, is_chief, resumed=start_step > 0)
+    if start_step == 0:
+        results.clear()  # Nothing of an earlier run that left no checkpoint.
     results.record(global_batch_size=plan.global_batch_size, per_replica_batch_size=args.per_replica_batch_size,
                    num_replicas=strategy.num_replicas_in_sync,
                    gradient_accumulation_steps=args.gradient_accumulation_steps)
@@ -305,7 +308,7 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
     if not training:
         batches = batches.repeat()
     # Autotuning off: deleting an iterator (at the end of every fit call) could otherwise wait up to a minute for
-    # the tuning thread (benchmarks/README.md, "Input pipeline"). The prefetch buffer still grows as needed.
+    # the tuning thread (benchmarks/README.md, "The end of a fit call"). The prefetch buffer still grows as needed.
     options = tf.data.Options()
     options.autotune.enabled = False
     return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
@@ -698,12 +701,10 @@ def fit_calls(start_step, total_steps, round_steps):
 RUN_STATE = ("checkpoints", "logs", "training_results.json")
 
 
-def check_where_the_run_starts(args, plan, is_chief):
-    """False when an earlier run of this command already trained `plan.total_steps` and saved its model: nothing
-    left to do. Else refuses an --output_dir that holds something other than a run to resume (with --overwrite,
-    clears an earlier run), and a checkpoint that this command would not continue: its step, learning-rate
-    schedule and place in the data count batches of its own global batch size, and go up to its own step."""
-    recorded = {} if args.overwrite else ResultsFile.read(args.output_dir)
+def check_where_the_run_starts(args, plan, recorded, is_chief):
+    """False when an earlier run of this command (`recorded`: its results) trained `plan.total_steps` and saved its
+    model: nothing left to do. Else refuses an --output_dir that holds something other than a run to resume (with
+    --overwrite, clears it), and a checkpoint that this command would not continue."""
     saved_at = recorded.get("saved_model_step")
     if saved_at is not None and saved_at >= plan.total_steps:
         logger.info("The run in %s is already complete at step %d%s, and its model is saved there. Nothing to do. "
@@ -721,9 +722,9 @@ def check_where_the_run_starts(args, plan, is_chief):
             f"of {recorded['global_batch_size']} samples ({recorded['per_replica_batch_size']} per replica x "
             f"{recorded['num_replicas']} replicas x {recorded['gradient_accumulation_steps']} accumulation steps), "
             f"but this command's global batch is {plan.global_batch_size}. Its steps, learning-rate schedule and "
-            "place in the data all count batches of the old size, so it cannot go on with another. To resume it, "
-            "run it with the same global batch (--per_replica_batch_size x replicas x --gradient_accumulation_steps); "
-            "to train with this batch instead, start over with --overwrite, or choose another --output_dir.")
+            "place in the data count batches of that size. To resume it, run it with the same global batch "
+            "(--per_replica_batch_size x replicas x --gradient_accumulation_steps); to train with this one, start "
+            "over with --overwrite, or choose another --output_dir.")
     if latest and step > plan.total_steps:
         raise SystemExit(
             f"error: {args.output_dir!r} holds an unfinished run, checkpointed at step {step}, beyond the "
@@ -746,15 +747,12 @@ def restore_last_checkpoint(args, trainer, is_chief):
 
 
 class CheckpointAndStop(keras.callbacks.Callback):
-    """Saves a checkpoint every `every_steps` steps and at the last one. SIGTERM (a preempted VM, a job scheduler)
-    and SIGINT (Ctrl-C) take effect at the end of the current step: a checkpoint is saved there, then the script
-    exits with the shell's code for the signal (143 for SIGTERM). The hosts of a multi-worker job agree on that
-    step, whichever was signalled: one that left alone would leave the others waiting in a collective operation.
-    A NaN or infinite loss stops training without a checkpoint: the last one saved stays the one to resume from.
-
-    Why not a library's: Keras' BackupAndRestore refuses OneDeviceStrategy and keeps one checkpoint, numbered by
-    save, not step; tf.distribute's PreemptionCheckpointHandler does nothing on Cloud TPU and CPU VMs, and on GPU
-    VMs waits for a maintenance event rather than SIGTERM."""
+    """Saves a checkpoint every `every_steps` steps and at the last one. SIGTERM (a preempted VM) and SIGINT (Ctrl-C)
+    take effect at the end of the step: a checkpoint is saved, then the script exits with the shell's code for the
+    signal. The hosts of a multi-worker job agree on that step, whichever was signalled: one that left alone would
+    leave the others waiting in a collective operation. A NaN or infinite loss stops training with no checkpoint
+    after it. (Keras' BackupAndRestore refuses OneDeviceStrategy and numbers checkpoints by save, not step;
+    tf.distribute's PreemptionCheckpointHandler ignores SIGTERM on Cloud TPU, CPU and GPU VMs.)"""
 
     def __init__(self, manager, every_steps, strategy, start_step, is_chief):
         super().__init__()
@@ -807,20 +805,15 @@ class CheckpointAndStop(keras.callbacks.Callback):
 
 
 class ResultsFile(dict):
-    """training_results.json in --output_dir, written by the chief at every change: the run's batch (checked when
+    """training_results.json in --output_dir, rewritten by the chief at every record: the run's batch (checked when
     it resumes), its metrics so far, and, once saved, the step of its model (a finished run)."""
 
-    def __init__(self, output_dir, is_chief, resumed):
-        super().__init__(self.read(output_dir) if resumed else {})
-        self.output_dir, self.is_chief = output_dir, is_chief
+    def __init__(self, output_dir, is_chief, overwrite):
+        self.path, self.is_chief = os.path.join(output_dir, "training_results.json"), is_chief
+        super().__init__({} if overwrite or not tf.io.gfile.exists(self.path) else self.read())
 
-    @staticmethod
-    def read(output_dir):
-        """The results of an earlier run in `output_dir`; {} if there is none, or not this script's."""
-        path = os.path.join(output_dir, "training_results.json")
-        if not tf.io.gfile.exists(path):
-            return {}
-        with tf.io.gfile.GFile(path) as f:
+    def read(self):
+        with tf.io.gfile.GFile(self.path) as f:
             try:
                 results = json.load(f)
             except json.JSONDecodeError:  # Not this script's: check_output_dir refuses the folder.
@@ -830,8 +823,8 @@ class ResultsFile(dict):
     def record(self, **fields):
         self.update(fields)
         if self.is_chief:
-            tf.io.gfile.makedirs(self.output_dir)  # The first record comes before the first checkpoint.
-            with tf.io.gfile.GFile(os.path.join(self.output_dir, "training_results.json"), "w") as f:
+            tf.io.gfile.makedirs(os.path.dirname(self.path))  # The first record comes before any checkpoint.
+            with tf.io.gfile.GFile(self.path, "w") as f:
                 json.dump(self, f, indent=2)
 
 
@@ -898,7 +891,8 @@ def save_model(args, trainer, tokenizer, config, results, plan):
     """The model, its tokenizer, a PyTorch copy and a model card into --output_dir (and to the Hub with
     --hub_model_id); then, in training_results.json, the step it was saved at: the run is finished."""
     step, mlm = int(trainer.optimizer.iterations.numpy()), trainer.mlm
-    results.record(step=step, model_type=config.model_type, vocab_size=config.vocab_size, train_samples=plan.train_samples)
+    results.record(step=step, model_type=config.model_type, vocab_size=config.vocab_size,
+                   train_samples=plan.train_samples)
     metrics = "\n".join(f"| {name} | {value:.4f} |" for name, value in results.get("final_eval", {}).items())
     description = f"""A {config.model_type} masked language model pre-trained from scratch with TensorFlow (`run_mlm.py`
 of a TF + 🤗 Transformers TPU pre-training pipeline).

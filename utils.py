@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import glob
 import hashlib
+import io
 import itertools
 import json
 import logging
@@ -149,9 +150,12 @@ def check_gcs_path(path, *, write=False):
 
 def open_file(path, mode="rb"):
     """A local or gs:// file opened for reading or writing ("rb", "wb", "r", "w"); text is UTF-8."""
-    if is_gcs_path(path):
-        return gcs_blob(path).open(mode, **({} if "b" in mode else {"encoding": "utf-8"}))
-    return open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+    encoding = {} if "b" in mode else {"encoding": "utf-8"}
+    if not is_gcs_path(path):
+        return open(path, mode, **encoding)
+    file = gcs_blob(path).open(mode, **encoding)
+    # google-cloud-storage's reader has no readline of its own: IOBase's would call it for every byte.
+    return io.BufferedReader(file) if mode == "rb" else file
 
 
 def exists(path):
@@ -159,8 +163,11 @@ def exists(path):
 
 
 def file_size(path):
-    return gcs_client().bucket(split_gcs_path(path)[0]).get_blob(split_gcs_path(path)[1]).size \
-        if is_gcs_path(path) else os.path.getsize(path)
+    if is_gcs_path(path):
+        blob = gcs_blob(path)
+        blob.reload()  # Its metadata, size included.
+        return blob.size
+    return os.path.getsize(path)
 
 
 def rename(source, destination):
@@ -184,10 +191,10 @@ def folder_entries(path):
 def delete(path):
     """Deletes a file, or a folder and everything in it; nothing if there is none."""
     if is_gcs_path(path):
-        bucket, prefix = gcs_folder(path)
-        blobs = list(bucket.list_blobs(prefix=prefix)) or [blob for blob in [bucket.get_blob(prefix[:-1])] if blob]
-        for blob in blobs:
-            blob.delete()
+        bucket, name = split_gcs_path(path.rstrip("/"))
+        for blob in gcs_client().list_blobs(bucket, prefix=name):
+            if blob.name == name or blob.name.startswith(name + "/"):
+                blob.delete()
     elif os.path.isdir(path):
         shutil.rmtree(path)
     elif os.path.exists(path):
@@ -267,8 +274,6 @@ def text_batches(*, text_column, batch_size, limit=None, data_files=None, datase
     if data_files:
         corpus = datasets.load_dataset(data_files_format(data_files), data_files=data_files, streaming=True)
     else:
-        from diagnostics import check_hub_reachable
-
         check_hub_reachable(dataset_name)
         try:
             corpus = datasets.load_dataset(dataset_name, dataset_config, streaming=True,
@@ -282,6 +287,19 @@ def text_batches(*, text_column, batch_size, limit=None, data_files=None, datase
             raise SystemExit(f"error: the dataset {dataset_name!r} has no split {missing}; it has {sorted(corpus)}.")
     return {split: iter_text_batches(dataset, text_column, batch_size, limit) for split, dataset in corpus.items()
             if not splits or split in splits}
+
+
+def check_hub_reachable(dataset_name):
+    """Stops at once when the Hub cannot be reached, instead of after a minute of 🤗 Datasets' retries."""
+    from huggingface_hub import HfApi, constants
+
+    if not constants.HF_HUB_OFFLINE:  # Offline, 🤗 Datasets reads its cache, if it has the dataset.
+        try:
+            HfApi().dataset_info(dataset_name, timeout=10)
+        except OSError as err:  # requests' connection and HTTP errors are OSErrors.
+            from diagnostics import hub_unreachable_error
+
+            raise hub_unreachable_error(dataset_name, err) from err
 
 
 def data_files_format(data_files, formats=("text", "json", "parquet")):
@@ -365,12 +383,19 @@ def positive_int(text):
     return int(text)
 
 
+def fraction(text):
+    """An argparse type: a number in [0, 1)."""
+    if not 0 <= float(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return float(text)
+
+
 def check_output_dir(path, overwrite, resumable=(), stale=()):
     """The output-folder policy of every script. --output_dir may not be a file; a folder that holds anything
     but `resumable` (what the script resumes from) is refused without --overwrite; with it, `stale` (what an
     earlier run left that would mix with this one's: TensorBoard events, checkpoints) is deleted first."""
-    if (is_gcs_path(path) and split_gcs_path(path)[1].strip("/") and gcs_blob(path.rstrip("/")).exists()) or (
-            not is_gcs_path(path) and os.path.exists(path) and not os.path.isdir(path)):
+    if os.path.isfile(path) or (is_gcs_path(path) and split_gcs_path(path)[1].strip("/")
+                                and gcs_blob(path.rstrip("/")).exists()):
         raise SystemExit(f"error: --output_dir {path!r} is a file, not a folder. Choose another --output_dir "
                          "(a folder, which is created if it does not exist).")
     foreign = [name for name in folder_entries(path) if name not in resumable]
@@ -380,9 +405,8 @@ def check_output_dir(path, overwrite, resumable=(), stale=()):
                             else "is not empty")
                          + ". Choose another --output_dir, or pass --overwrite to replace what this script writes "
                            "there.")
-    if overwrite:
-        for name in stale:
-            delete(posixpath.join(path, name) if is_gcs_path(path) else os.path.join(path, name))
+    for name in stale if overwrite else ():
+        delete(os.path.join(path, name))
 
 
 def load_tokenizer(name_or_path, flag, advice=None):
@@ -596,8 +620,8 @@ def choose_strategy(args, root="/"):
     import tensorflow as tf
 
     if args.num_cpu_replicas > 1 and not tf.config.list_physical_devices("GPU"):
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.num_cpu_replicas)
+        tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
+                                                   [tf.config.LogicalDeviceConfiguration()] * args.num_cpu_replicas)
     chips = {} if args.no_tpu else local_tpu_chips(root)
     tpu_name = args.tpu_name or ("local" if chips else None)
     if tpu_name:

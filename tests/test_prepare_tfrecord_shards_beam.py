@@ -110,8 +110,7 @@ def test_cloud_storage_input_and_output_give_the_same_bytes(beam_shards, tmp_pat
         bucket = gcs.create_bucket("corpus")
         for name in ("train.txt", "validation.txt"):
             bucket.blob(f"data/{name}").upload_from_filename(str(WIKITEXT / name))
-        # Beam's Cloud Storage file system expands the glob; the emulator needs no credentials, and without
-        # --no_auth Beam would look for them, retrying for a minute.
+        # The emulator needs no credentials: --no_auth keeps Beam from looking for them.
         run_traced(tmp_path, "prepare_tfrecord_shards.py", *RUNNER, "--no_auth", "--tokenizer_name_or_path",
                    tokenizer_dir, "--train_file", "gs://corpus/data/*.txt", *GLOB_ARGS,
                    "--output_dir", "gs://corpus/shards", env=gcs.env())
