@@ -1,28 +1,18 @@
 #!/usr/bin/env python
 """Step 4: is the pre-trained model any good? Fine-tune it on a text classification task and evaluate it.
 
-The encoder saved by run_mlm.py gets a new classification head (🤗 TFAutoModelForSequenceClassification), and the
-whole model is fine-tuned with Keras `model.fit`, under the same tf.distribute strategies as run_mlm.py: TPUStrategy
-on a TPU VM, a TPU Node or a pod slice, MultiWorkerMirroredStrategy for a cluster in TF_CONFIG, MirroredStrategy
-over the GPUs or the CPU. With --from_scratch, the same architecture starts from random weights instead: the
-baseline that shows what pre-training bought.
+The encoder saved by run_mlm.py gets a new classification head (🤗 TFAutoModelForSequenceClassification) and is
+fine-tuned with Keras `model.fit`, on the TPU, cluster, GPUs or CPU that run_mlm.py would use; --from_scratch
+trains the same architecture from random weights, the baseline that shows what pre-training bought. The data are
+CSV, JSON-lines or Parquet files (local or gs://), or a Hub dataset, with a text column and a column of label
+names (or a ClassLabel). Without validation data, a stratified --validation_split_percentage of the training data
+is held out.
 
-The data are CSV, JSON-lines or Parquet files (local or gs://), or a Hub dataset, with a text column and a label
-column holding label names (or, in a Hub dataset, a ClassLabel). The labels are those of the training data. Without
-validation data, a stratified --validation_split_percentage of the training data is held out, with a fixed seed.
-
-Every text is tokenized up front, padded or cut to --max_length tokens, so that every batch has one shape (XLA,
-the compiler behind TPUs, compiles each new shape anew). Training batches all have the same size (the last partial
-one is dropped: the data are reshuffled every epoch, so no example is always left out). Evaluation never drops an
-example: the last batch is filled up with copies of real examples that carry a sample weight of 0, so that every
-example is counted exactly once.
-
-After each epoch, loss and accuracy on the training and validation data; the weights of the epoch with the best
-validation accuracy are kept, and restored before the final evaluation. Results, on the validation and test data:
-accuracy, macro-F1, the majority-class baseline, the F1 of the five worst classes and the most confused label
-pairs, in {output_dir}/eval_results.json and in TensorBoard ({output_dir}/logs). The model and the tokenizer are
-saved to --output_dir, ready for `pipeline("text-classification", model=output_dir, framework="tf", dtype=None)`,
-and a copy for 🤗 Transformers 5 with PyTorch to {output_dir}/pytorch.
+The weights of the epoch with the best validation accuracy are kept. Accuracy, macro-F1, the majority-class
+baseline, the worst classes and the most confused label pairs, on the validation and test data, go to
+{output_dir}/eval_results.json and TensorBoard ({output_dir}/logs). The model and tokenizer are saved to
+--output_dir, for `pipeline("text-classification", model=output_dir, framework="tf", dtype=None)`, with a copy
+for 🤗 Transformers 5 and PyTorch in {output_dir}/pytorch.
 
 Example (BANKING77 from local CSV files, on a CPU, for the demo's small model):
     python run_classification.py --model_name_or_path mlm-model --train_file banking77/train.csv \\
@@ -38,47 +28,48 @@ import sys
 
 import numpy as np
 import tensorflow as tf
-# 🤗 Transformers' TF models are Keras 2 models. Since TensorFlow 2.16, Keras 2 is the separate tf-keras package,
-# and `tf.keras` is Keras 3: every Keras object here must come from tf_keras.
+# 🤗 Transformers' TF models are Keras 2 models: every Keras object here comes from tf_keras (tf.keras is Keras 3).
 import tf_keras as keras
 from transformers import TFAutoModelForSequenceClassification, create_optimizer
 
 from utils import (add_hardware_arguments, check_max_length, check_output_dir, count_hosts, data_files_format,
-                   load_config, load_tokenizer, local_copy, positive_int, save_folder, save_pytorch_copy,
+                   fraction, load_config, load_tokenizer, local_copy, positive_int, save_folder, save_pytorch_copy,
                    set_up_training, strategy_name, write_model_card)
 
 logger = logging.getLogger("run_classification")
 
 SPLITS = ("train", "validation", "test")
-# How many of the worst classes and of the most confused label pairs the results list.
-NUM_WORST = 5
+NUM_WORST = 5  # How many of the worst classes and of the most confused label pairs the results list.
+
+
+def percentage(text):
+    """An argparse type: a number between 0 and 100, both excluded."""
+    if not 0 < float(text) < 100:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 100, got {text}")
+    return float(text)
 
 
 def parse_args(argv=None):
-    """The flags of `argv` (default: the command line), checked."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_hardware_arguments(parser)
 
     data = parser.add_argument_group("data")
-    data.add_argument("--train_file", help="Training data: a CSV, JSON-lines or Parquet file, local or gs://.")
-    data.add_argument("--validation_file", help="Validation data, same format (default: a stratified part of "
-                                                "the training data, see --validation_split_percentage).")
+    source = data.add_mutually_exclusive_group(required=True)
+    source.add_argument("--train_file", help="Training data: a CSV, JSON-lines or Parquet file, local or gs://.")
+    source.add_argument("--dataset_name", help="A Hub dataset instead of files, e.g. PolyAI/banking77: those of "
+                                               "its train, validation and test splits it has.")
+    data.add_argument("--validation_file", help="Validation data, same format (default: part of the training data).")
     data.add_argument("--test_file", help="Test data, same format (default: no test).")
-    data.add_argument("--dataset_name",
-                      help="A Hub dataset instead of files, e.g. PolyAI/banking77; its train, validation and "
-                           "test splits are used, those it has.")
     data.add_argument("--dataset_config", help="Configuration of the Hub dataset.")
     data.add_argument("--text_column", default="text", help="Column holding the text (default: %(default)s).")
     data.add_argument("--label_column", default="label",
-                      help="Column holding the label names (default: %(default)s; BANKING77's CSV files call it "
-                           "category).")
-    data.add_argument("--validation_split_percentage", type=float, default=10,
-                      help="Without validation data: the percentage of each class of the training data held out "
+                      help="Column of label names (default: %(default)s; BANKING77's CSV files: category).")
+    data.add_argument("--validation_split_percentage", type=percentage, default=10,
+                      help="Without --validation_file: the percentage of each label of the training data held out "
                            "for validation (default: %(default)s).")
     data.add_argument("--examples_per_label", type=positive_int,
-                      help="Train on this many examples of each label only, a sample drawn with --seed from the "
-                           "training data left after the validation split, to measure the few-shot regime "
-                           "(default: all of them).")
+                      help="Train on this many examples of each label only, drawn with --seed from the training "
+                           "data left after the validation split: the few-shot regime (default: all of them).")
     data.add_argument("--max_length", type=positive_int, default=64,
                       help="Tokens per text; longer texts are cut, shorter ones padded (default: %(default)s).")
 
@@ -88,8 +79,7 @@ def parse_args(argv=None):
                             "whose encoder gets a new classification head; or a classification model fine-tuned "
                             "on the same labels, whose head is kept. Its tokenizer is used.")
     model.add_argument("--from_scratch", action="store_true",
-                       help="Same architecture and tokenizer, but random weights: the baseline without "
-                            "pre-training.")
+                       help="Same architecture and tokenizer, random weights: the baseline without pre-training.")
 
     training = parser.add_argument_group("training")
     training.add_argument("--per_replica_batch_size", type=positive_int, default=32,
@@ -98,18 +88,17 @@ def parse_args(argv=None):
                           help="Peak learning rate (default: %(default)s, for base-size models; small ones such as "
                                "the demo's learn faster at about 1e-3).")
     training.add_argument("--weight_decay_rate", type=float, default=0.01,
-                          help="Decoupled weight decay (AdamW); LayerNorm weights and biases are never decayed "
+                          help="AdamW's decoupled weight decay, never on LayerNorm weights and biases "
                                "(default: %(default)s).")
-    training.add_argument("--warmup_ratio", type=float, default=0.1,
-                          help="Linear warmup as a fraction of all steps, before the linear decay to 0 "
-                               "(default: %(default)s).")
+    training.add_argument("--warmup_ratio", type=fraction, default=0.1,
+                          help="Warmup as a fraction of all steps, then a linear decay to 0 (default: %(default)s).")
     training.add_argument("--num_epochs", type=positive_int, default=5,
                           help="Passes over the training data (default: %(default)s).")
     training.add_argument("--early_stopping_patience", type=positive_int,
                           help="Stop after this many epochs without a better validation accuracy (default: train "
                                "every epoch). Either way, the best epoch's weights are the ones kept.")
     training.add_argument("--seed", type=int, default=42,
-                          help="Seed for the validation split, the --examples_per_label sample, the new weights and "
+                          help="Seed of the validation split, the --examples_per_label sample, the new weights and "
                                "the data order (default: %(default)s).")
 
     output = parser.add_argument_group("output")
@@ -118,17 +107,114 @@ def parse_args(argv=None):
                              "(default: %(default)s).")
     output.add_argument("--overwrite", action="store_true", help="Write into --output_dir even if it is not empty.")
     output.add_argument("--hub_model_id", help="Push the model and tokenizer to this Hub repository.")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
-    if bool(args.train_file) == bool(args.dataset_name):
-        parser.error("give either --train_file (with --validation_file and --test_file if you have them) or "
-                     "--dataset_name.")
-    if not 0 < args.validation_split_percentage < 100:
-        parser.error(f"--validation_split_percentage must be between 0 and 100, got "
-                     f"{args.validation_split_percentage}.")
-    if not 0 <= args.warmup_ratio < 1:
-        parser.error(f"--warmup_ratio must be in [0, 1), got {args.warmup_ratio}.")
-    return args
+
+def main(args):
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    strategy, on_tpu, jit_compile = set_up_training(
+        args, input_paths=(args.train_file, args.validation_file, args.test_file, args.model_name_or_path))
+    is_chief = strategy.extended.should_checkpoint  # Only the chief writes into --output_dir.
+    global_batch_size = args.per_replica_batch_size * strategy.num_replicas_in_sync
+
+    # The model folder and the data, checked before anything is built: mistakes cost seconds, not minutes.
+    refuse_an_unfinished_pretraining_run(args.model_name_or_path)
+    tokenizer = load_tokenizer(args.model_name_or_path, "--model_name_or_path", PASS_A_MODEL_FOLDER)
+    label_names, encoded = prepare_data(args, tokenizer)
+    config = classification_config(args, label_names, tokenizer)
+    if is_chief:
+        check_output_dir(args.output_dir, args.overwrite, stale=["logs"])  # TensorBoard would add to old curves.
+    logger.info("Strategy: %s with %d replica(s) on %d host(s); global batch %d; XLA %s; %s",
+                strategy_name(strategy), strategy.num_replicas_in_sync, count_hosts(strategy), global_batch_size,
+                "implicit (TPU)" if on_tpu else "on" if jit_compile else "off",
+                "bfloat16 mixed precision" if args.bfloat16 else "float32")
+
+    with strategy.scope():
+        model = build_model(args, config)
+        trainer = ClassifierTrainer(model, jit_compile)
+    logger.info("Model: %s with %.1fM parameters, %s", config.model_type, model.count_params() / 1e6,
+                "random weights (--from_scratch)" if args.from_scratch else f"from {args.model_name_or_path}")
+    best_epoch, history = train(args, strategy, trainer, encoded, global_batch_size)
+    results = evaluate(trainer, encoded, label_names, global_batch_size)
+    if is_chief:
+        write_tensorboard_results(os.path.join(args.output_dir, "logs"), results, step=best_epoch)
+        results.update(model_name_or_path=args.model_name_or_path, from_scratch=args.from_scratch,
+                       num_labels=len(label_names), train_examples=len(encoded["train"][1]),
+                       examples_per_label=args.examples_per_label, max_length=args.max_length,
+                       num_replicas=strategy.num_replicas_in_sync, global_batch_size=global_batch_size,
+                       learning_rate=args.learning_rate, num_epochs=args.num_epochs, seed=args.seed,
+                       best_epoch=best_epoch, history=history)
+        save(args, model, tokenizer, results)
+
+
+def prepare_data(args, tokenizer):
+    """The label names, and {split: (features, label ids)} for train, validation and (if any) test."""
+    columns = load_splits(args)
+    label_names = check_labels(columns)
+
+    def training_rows(indices):
+        texts, labels = columns["train"]
+        return [texts[i] for i in indices], [labels[i] for i in indices]
+
+    if "validation" not in columns:
+        train, validation = stratified_split(columns["train"][1], args.validation_split_percentage, args.seed)
+        columns["train"], columns["validation"] = training_rows(train), training_rows(validation)
+        logger.info("Validation: %d examples held out of the training data (%g %% of each label)",
+                    len(validation), args.validation_split_percentage)
+    if args.examples_per_label:
+        # Drawn after the validation split, so that the few-shot model is still chosen on examples it never saw.
+        columns["train"] = training_rows(sample_per_label(columns["train"][1], args.examples_per_label, args.seed))
+        logger.info("Training on %d examples of each label (--examples_per_label)", args.examples_per_label)
+    label2id = {label: i for i, label in enumerate(label_names)}
+    encoded = {split: encode(tokenizer, *columns[split], label2id, args.max_length)
+               for split in SPLITS if split in columns}
+    logger.info("Data: %d labels; %s", len(label_names),
+                ", ".join(f"{split} {len(label_ids)} examples" for split, (_, label_ids) in encoded.items()))
+    return label_names, encoded
+
+
+def train(args, strategy, trainer, encoded, global_batch_size):
+    """Fine-tunes the trainer's classifier and leaves it with the weights of the epoch of best validation accuracy;
+    returns that epoch (counted from 1) and the per-epoch history."""
+    steps_per_epoch = len(encoded["train"][1]) // global_batch_size
+    if steps_per_epoch == 0:
+        raise SystemExit(f"error: the {len(encoded['train'][1])} training examples do not fill one global batch of "
+                         f"{global_batch_size}. Lower --per_replica_batch_size.")
+    total_steps = steps_per_epoch * args.num_epochs
+    with strategy.scope():
+        optimizer, _ = create_optimizer(init_lr=args.learning_rate, num_train_steps=total_steps,
+                                        num_warmup_steps=int(args.warmup_ratio * total_steps),
+                                        weight_decay_rate=args.weight_decay_rate)
+        # weighted_metrics=[]: ClassifierTrainer weighs the examples itself; this silences Keras' warning about it.
+        trainer.compile(optimizer=optimizer, weighted_metrics=[], steps_per_execution=args.steps_per_execution)
+    keep_best = keras.callbacks.EarlyStopping(monitor="val_accuracy", mode="max", restore_best_weights=True,
+                                              patience=args.early_stopping_patience or args.num_epochs)
+    tensorboard = keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs"), write_graph=False)
+    logger.info("Training: %d steps per epoch of %d examples, %d epochs", steps_per_epoch, global_batch_size,
+                args.num_epochs)
+    history = trainer.fit(training_dataset(*encoded["train"], global_batch_size, args.seed),
+                          validation_data=evaluation_dataset(*encoded["validation"], global_batch_size),
+                          epochs=args.num_epochs, callbacks=[keep_best, tensorboard],
+                          verbose=1 if sys.stdout.isatty() else 2)
+    best_epoch = keep_best.best_epoch + 1
+    logger.info("Best validation accuracy %.4f, at epoch %d: its weights are kept", keep_best.best, best_epoch)
+    return best_epoch, history.history
+
+
+def evaluate(trainer, encoded, label_names, global_batch_size):
+    """The metrics of the validation and (if any) test data, from a prediction of every example exactly once."""
+    results = {}
+    for split in ("validation", "test"):
+        if split not in encoded:
+            continue
+        features, label_ids = encoded[split]
+        logits = trainer.predict(evaluation_dataset(features, label_ids, global_batch_size), verbose=0)
+        predictions = np.argmax(logits[:len(label_ids)], axis=-1)  # The padding rows come last.
+        metrics = results[split] = classification_metrics(label_ids, predictions, label_names, encoded["train"][1])
+        logger.info("%s: accuracy %.4f, macro-F1 %.4f on %d examples (majority class: %.4f)", split.capitalize(),
+                    metrics["accuracy"], metrics["macro_f1"], metrics["num_examples"],
+                    metrics["majority_class_accuracy"])
+    return results
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -136,21 +222,20 @@ def parse_args(argv=None):
 
 
 def load_splits(args):
-    """{split: (texts, label names)} for the splits given (train always), as lists of strings."""
-    import datasets  # Imported here, after the checks of the arguments: it is slow to import.
+    """{split: (texts, label names)} of the splits given (train always), as lists of strings."""
+    import datasets  # Here, after the flags are checked: it is slow to import.
 
     if args.train_file:
-        paths = {split: getattr(args, f"{split}_file") for split in SPLITS if getattr(args, f"{split}_file")}
-        # 🤗 Datasets reads local files: gs:// files are copied to a temporary folder first.
-        data_files = {split: [local_copy(path)] for split, path in paths.items()}
+        paths = {split: path for split in SPLITS if (path := getattr(args, f"{split}_file"))}
+        data_files = {split: [local_copy(path)] for split, path in paths.items()}  # 🤗 Datasets reads local files.
         builder = data_files_format(data_files, formats=("csv", "json", "parquet"))
         splits = {}
         for split, files in data_files.items():
             try:
                 splits[split] = datasets.load_dataset(builder, data_files=files, split="train")
             except datasets.exceptions.DatasetGenerationError as err:  # Not parsable, not even a header row.
-                raise SystemExit(f"error: cannot read the {split} file {paths[split]!r}: {err.__cause__ or err}"
-                                 ) from err
+                reason = err.__cause__ or err
+                raise SystemExit(f"error: cannot read the {split} file {paths[split]!r}: {reason}") from err
             except ValueError as err:  # How 🤗 Datasets says that a file holds a header but no rows.
                 raise SystemExit(f"error: the {split} file {paths[split]!r} holds no examples ({err}).") from err
     else:
@@ -173,29 +258,21 @@ def load_splits(args):
         if len(dataset) == 0:
             raise SystemExit(f"error: the {split} data is empty.")
         labels = dataset[args.label_column]
-        # A Hub dataset's labels are often a ClassLabel: integers, with their names in the features (-1: no label).
         label_feature = dataset.features[args.label_column]
-        if isinstance(label_feature, datasets.ClassLabel):
+        if isinstance(label_feature, datasets.ClassLabel):  # Integers, named in the features; -1: no label.
             labels = [None if label == -1 else label_feature.int2str(label) for label in labels]
-        columns[split] = without_unlabeled_rows(split, dataset[args.text_column], labels, args.label_column)
+        # A row without a label can be neither learned nor scored, but the labeled rest is good data: such rows are
+        # left out, not refused. (As a string, a missing label would become a class "None" of its own.)
+        rows = [(str(text), str(label)) for text, label in zip(dataset[args.text_column], labels)
+                if label is not None and label == label and str(label).strip()]  # A float NaN is != itself.
+        if not rows:
+            raise SystemExit(f"error: the {split} data has no label in any of its {len(labels)} rows: its column "
+                             f"{args.label_column!r} is empty. Check --label_column, or fill in the labels.")
+        if len(rows) < len(labels):
+            logger.warning("The %s data has %d row(s) of %d without a label (column %r empty): they are left out.",
+                           split, len(labels) - len(rows), len(labels), args.label_column)
+        columns[split] = [text for text, _ in rows], [label for _, label in rows]
     return columns
-
-
-def without_unlabeled_rows(split, texts, labels, label_column):
-    """(texts, labels) as strings, less the rows whose label is missing or blank, which are counted in a warning.
-    Skipped, not refused: a row without a label can be neither learned nor scored, and the labeled rest is good
-    data. (Read as a string, a missing label would become a class "None" of its own.)"""
-    def is_missing(label):
-        return label is None or label != label or not str(label).strip()  # label != label: a float NaN.
-
-    kept = [(str(text), str(label)) for text, label in zip(texts, labels) if not is_missing(label)]
-    if not kept:
-        raise SystemExit(f"error: the {split} data has no label in any of its {len(labels)} rows: its column "
-                         f"{label_column!r} is empty. Check --label_column, or fill in the labels.")
-    if len(kept) < len(labels):
-        logger.warning("The %s data has %d row(s) of %d without a label (column %r empty): they are left out.",
-                       split, len(labels) - len(kept), len(labels), label_column)
-    return [text for text, _ in kept], [label for _, label in kept]
 
 
 def check_labels(columns):
@@ -213,19 +290,17 @@ def check_labels(columns):
     return label_names
 
 
-def stratified_split(labels, percentage, seed):
-    """(train indices, validation indices), sorted: `percentage` % of each label's examples go to validation,
-    rounded, but at least one of every label with two or more examples, and never all of a label's.
-
-    Written out rather than taken from 🤗 Datasets' train_test_split(stratify_by_column=...), which may leave a
-    small class out of validation altogether, and refuses a class with a single example.
-    """
+def stratified_split(labels, validation_percentage, seed):
+    """(train indices, validation indices), sorted: `validation_percentage` % of each label's examples go to
+    validation, rounded, but at least one of every label with two or more examples, and never all of a label's.
+    (🤗 Datasets' train_test_split(stratify_by_column=...) may leave a small label out, and refuses a label of one
+    example.)"""
     rng = np.random.default_rng(seed)
     labels = np.asarray(labels)
     train, validation = [], []
     for label in sorted(set(labels)):
         indices = rng.permutation(np.flatnonzero(labels == label))
-        num_validation = min(len(indices) - 1, max(1, round(len(indices) * percentage / 100)))
+        num_validation = min(len(indices) - 1, max(1, round(len(indices) * validation_percentage / 100)))
         validation.extend(indices[:num_validation])
         train.extend(indices[num_validation:])
     return sorted(train), sorted(validation)
@@ -247,7 +322,7 @@ def sample_per_label(labels, examples_per_label, seed):
 
 
 def encode(tokenizer, texts, labels, label2id, max_length):
-    """({"input_ids", "attention_mask"}, label ids) as arrays of one shape: every text padded or cut to max_length."""
+    """({"input_ids", "attention_mask"}, label ids), every text padded or cut to max_length: one shape for XLA."""
     features = tokenizer(texts, padding="max_length", truncation=True, max_length=max_length, return_tensors="np",
                          return_token_type_ids=False)
     return dict(features), np.array([label2id[label] for label in labels], dtype=np.int32)
@@ -264,14 +339,13 @@ def training_dataset(features, label_ids, global_batch_size, seed):
 
 def evaluation_dataset(features, label_ids, global_batch_size):
     """Every example once, in order, in full batches with sample weights: the last batch is filled up with copies
-    of the first examples (real inputs, so their logits are finite) whose weight 0 leaves them out of the loss
-    and the accuracy."""
+    of the first examples (real inputs, so their logits are finite) of weight 0."""
     num_examples = len(label_ids)
     padded_size = num_examples + -num_examples % global_batch_size
-    take = np.arange(padded_size) % num_examples
+    rows = np.arange(padded_size) % num_examples
     weights = (np.arange(padded_size) < num_examples).astype(np.float32)
-    padded_features = {name: values[take] for name, values in features.items()}
-    return (tf.data.Dataset.from_tensor_slices((padded_features, label_ids[take], weights))
+    padded_features = {name: values[rows] for name, values in features.items()}
+    return (tf.data.Dataset.from_tensor_slices((padded_features, label_ids[rows], weights))
             .batch(global_batch_size, drop_remainder=True)
             .prefetch(tf.data.AUTOTUNE))
 
@@ -279,10 +353,13 @@ def evaluation_dataset(features, label_ids, global_batch_size):
 # ----------------------------------------------------------------------------------------------------------------
 # Model
 
+# What to do when --model_name_or_path is not the folder of a masked-LM model this pipeline saved.
+PASS_A_MODEL_FOLDER = "Pass the folder that run_mlm.py saved (its --output_dir)."
+
 
 def refuse_an_unfinished_pretraining_run(path):
-    """Stops when `path` (local or gs://) is the folder of a run_mlm.py run that did not finish: it has checkpoints
-    but no saved model, hence no config.json."""
+    """Stops when `path` (local or gs://) is a run_mlm.py run that did not finish: checkpoints, but no saved model
+    (no config.json)."""
     if not tf.io.gfile.isdir(path) or tf.io.gfile.exists(os.path.join(path, "config.json")):
         return
     latest = tf.train.latest_checkpoint(os.path.join(path, "checkpoints"))
@@ -294,10 +371,6 @@ def refuse_an_unfinished_pretraining_run(path):
         "but no saved model. Finish it by running the same run_mlm.py command again, then pass this folder; or "
         f"turn its latest checkpoint into a model folder with `python export_model.py {path} --output_dir "
         "NEW_FOLDER` and pass --model_name_or_path NEW_FOLDER.")
-
-
-# What to do when --model_name_or_path is not the folder of a masked-LM model this pipeline saved.
-PASS_A_MODEL_FOLDER = "Pass the folder that run_mlm.py saved (its --output_dir)."
 
 
 def classification_config(args, label_names, tokenizer):
@@ -330,18 +403,14 @@ def build_model(args, config):
 
 
 class ClassifierTrainer(keras.Model):
-    """Fine-tunes a 🤗 TF…ForSequenceClassification with model.fit; loss and accuracy count weighted examples only.
+    """Fine-tunes a 🤗 TF…ForSequenceClassification with model.fit, counting only the examples of weight 1.
 
-    Every batch is (features, label ids, sample weights). The loss of a step is the weighted sum of the cross-entropy
-    over the global batch divided by the sum of its weights (an all-reduce across replicas), and the reported loss
-    and accuracy are means over the examples of weight 1: the padding of evaluation batches counts for nothing.
-    (Keras' own compiled loss would divide by every row of a batch, padding included.) The cross-entropy is
-    computed in float32, even with --bfloat16, whose 8-bit mantissa is too coarse for a log-softmax.
-
-    With `jit_compile`, the forward and backward passes are compiled with XLA on each replica, while the optimizer
-    update stays outside: Keras cannot XLA-compile an update of variables mirrored on several devices
-    (keras-team/tf-keras#385), and this way XLA speeds up multi-GPU training too. On TPUs everything is compiled
-    by XLA anyway, so `jit_compile` stays off there.
+    Every batch is (features, label ids, sample weights). A step's loss is the weighted cross-entropy summed over
+    the global batch, divided by the sum of its weights (an all-reduce across replicas): the padding of evaluation
+    batches counts for nothing, where Keras' compiled loss would divide by every row. The cross-entropy is computed
+    in float32: bfloat16 is too coarse for a log-softmax. With `jit_compile`, each replica's forward and backward
+    passes are compiled with XLA, the optimizer update not: Keras cannot compile an update of variables mirrored on
+    several devices (keras-team/tf-keras#385). A TPU compiles everything anyway.
     """
 
     def __init__(self, classifier, jit_compile=False):
@@ -349,10 +418,9 @@ class ClassifierTrainer(keras.Model):
         self.classifier = classifier
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self.accuracy_tracker = keras.metrics.Mean(name="accuracy")
-        self.compute_gradients = tf.function(self._compute_gradients, jit_compile=True) if jit_compile \
-            else self._compute_gradients
-        self.weighted_sums = tf.function(self._weighted_sums, jit_compile=True) if jit_compile \
-            else self._weighted_sums
+        self.compute_gradients, self.weighted_sums = (
+            tf.function(function, jit_compile=True) if jit_compile else function
+            for function in (self._compute_gradients, self._weighted_sums))
 
     @property
     def metrics(self):  # What Keras resets at the start of each epoch and evaluation.
@@ -377,8 +445,8 @@ class ClassifierTrainer(keras.Model):
     def train_step(self, batch):
         gradient_sums, (cross_entropy_sum, correct, count) = self.compute_gradients(*batch)
         global_count = tf.distribute.get_replica_context().all_reduce("sum", count)
-        # Replica gradients are summed by the optimizer: dividing by the global count makes that sum the gradient
-        # of the mean over every example of the global batch.
+        # The optimizer sums the replicas' gradients: divided by the global count, that sum is the gradient of the
+        # mean over every example of the global batch.
         gradients = [gradient / global_count for gradient in gradient_sums]
         self.optimizer.apply_gradients(zip(gradients, self.classifier.trainable_variables))
         return self._update_metrics(cross_entropy_sum, correct, count)
@@ -397,15 +465,12 @@ class ClassifierTrainer(keras.Model):
 
 
 def classification_metrics(label_ids, predictions, label_names, train_label_ids):
-    """Accuracy, macro-F1, the majority-class baseline, the worst classes by F1, and the most confused pairs.
-
-    Macro-F1 is the mean F1 over the labels that occur in the data or in the predictions (as scikit-learn's
-    f1_score(average="macro") computes it); the majority-class baseline is the accuracy of always predicting the
-    most frequent training label.
-    """
+    """Accuracy, macro-F1 (the mean F1 over the labels in the data or the predictions, as scikit-learn's), the
+    majority-class baseline (always the most frequent training label), the worst classes by F1, and the most
+    confused pairs."""
     num_labels = len(label_names)
-    confusion = np.zeros((num_labels, num_labels), dtype=np.int64)  # [true label, predicted label]
-    np.add.at(confusion, (label_ids, predictions), 1)
+    # [true label, predicted label]
+    confusion = tf.math.confusion_matrix(label_ids, predictions, num_labels, dtype=tf.int64).numpy()
     true_positives = np.diag(confusion)
     support, predicted = confusion.sum(axis=1), confusion.sum(axis=0)
     present = (support + predicted) > 0
@@ -413,7 +478,7 @@ def classification_metrics(label_ids, predictions, label_names, train_label_ids)
     f1 = np.divide(2 * true_positives, support + predicted, out=np.zeros(num_labels), where=present)
     majority_label = np.bincount(train_label_ids, minlength=num_labels).argmax()
     worst = sorted(np.flatnonzero(support > 0), key=lambda i: (f1[i], label_names[i]))[:NUM_WORST]
-    errors = confusion * (1 - np.eye(num_labels, dtype=np.int64))
+    errors = confusion - np.diag(true_positives)
     confused = sorted(zip(*np.nonzero(errors)), key=lambda pair: (-errors[pair], pair))[:NUM_WORST]
     return {
         "num_examples": int(len(label_ids)),
@@ -427,155 +492,35 @@ def classification_metrics(label_ids, predictions, label_names, train_label_ids)
 
 
 def write_tensorboard_results(log_dir, results, step):
-    """The final accuracy and macro-F1 of each split, beside the per-epoch curves of Keras' TensorBoard callback."""
+    """The final scores of each split, beside the per-epoch curves of Keras' TensorBoard callback."""
     for split, metrics in results.items():
         with tf.summary.create_file_writer(os.path.join(log_dir, f"final_{split}")).as_default(step=step):
             for name in ("accuracy", "macro_f1", "majority_class_accuracy"):
                 tf.summary.scalar(name, metrics[name])
 
 
-def format_metrics(metrics):
-    return (f"accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f} on {metrics['num_examples']} "
-            f"examples (majority class: {metrics['majority_class_accuracy']:.4f})")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Main
-
-
-def prepare_data(args, tokenizer):
-    """The label names, and {split: (features, label ids)} for train, validation and (if any) test."""
-    columns = load_splits(args)
-    label_names = check_labels(columns)
-    if "validation" not in columns:
-        texts, labels = columns["train"]
-        train, validation = stratified_split(labels, args.validation_split_percentage, args.seed)
-        columns["train"] = [texts[i] for i in train], [labels[i] for i in train]
-        columns["validation"] = [texts[i] for i in validation], [labels[i] for i in validation]
-        logger.info("Validation: %d examples held out of the training data (%g %% of each label)",
-                    len(validation), args.validation_split_percentage)
-    if args.examples_per_label:
-        # Drawn after the validation split, so that the few-shot model is still chosen on examples it never saw.
-        texts, labels = columns["train"]
-        sample = sample_per_label(labels, args.examples_per_label, args.seed)
-        columns["train"] = [texts[i] for i in sample], [labels[i] for i in sample]
-        logger.info("Training on %d examples of each label (--examples_per_label)", args.examples_per_label)
-    label2id = {label: i for i, label in enumerate(label_names)}
-    encoded = {split: encode(tokenizer, *columns[split], label2id, args.max_length)
-               for split in SPLITS if split in columns}
-    logger.info("Data: %d labels; %s", len(label_names),
-                ", ".join(f"{split} {len(label_ids)} examples" for split, (_, label_ids) in encoded.items()))
-    return label_names, encoded
-
-
-def train(args, strategy, trainer, encoded):
-    """Fine-tunes the trainer's classifier and leaves it with the weights of the epoch of best validation accuracy;
-    returns that epoch (counted from 1) and the per-epoch history."""
-    global_batch_size = args.per_replica_batch_size * strategy.num_replicas_in_sync
-    train_features, train_label_ids = encoded["train"]
-    steps_per_epoch = len(train_label_ids) // global_batch_size
-    if steps_per_epoch == 0:
-        raise SystemExit(f"error: the {len(train_label_ids)} training examples do not fill one global batch of "
-                         f"{global_batch_size}. Lower --per_replica_batch_size.")
-    total_steps = steps_per_epoch * args.num_epochs
-    with strategy.scope():
-        optimizer, _ = create_optimizer(init_lr=args.learning_rate, num_train_steps=total_steps,
-                                        num_warmup_steps=int(args.warmup_ratio * total_steps),
-                                        weight_decay_rate=args.weight_decay_rate)
-        # weighted_metrics=[]: the sample weights are used by ClassifierTrainer itself, as Keras' warning asks.
-        trainer.compile(optimizer=optimizer, weighted_metrics=[], steps_per_execution=args.steps_per_execution)
-    keep_best = keras.callbacks.EarlyStopping(monitor="val_accuracy", mode="max", restore_best_weights=True,
-                                              patience=args.early_stopping_patience or args.num_epochs)
-    tensorboard = keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs"), write_graph=False)
-    logger.info("Training: %d steps per epoch of %d examples, %d epochs", steps_per_epoch, global_batch_size,
-                args.num_epochs)
-    history = trainer.fit(training_dataset(train_features, train_label_ids, global_batch_size, args.seed),
-                          validation_data=evaluation_dataset(*encoded["validation"], global_batch_size),
-                          epochs=args.num_epochs, callbacks=[keep_best, tensorboard],
-                          verbose=1 if sys.stdout.isatty() else 2)
-    best_epoch = keep_best.best_epoch + 1
-    logger.info("Best validation accuracy %.4f, at epoch %d: its weights are kept", keep_best.best, best_epoch)
-    return best_epoch, history.history
-
-
-def evaluate(args, strategy, trainer, encoded, label_names):
-    """The metrics of every split but train, from predictions of every example exactly once."""
-    global_batch_size = args.per_replica_batch_size * strategy.num_replicas_in_sync
-    results = {}
-    for split in ("validation", "test"):
-        if split not in encoded:
-            continue
-        features, label_ids = encoded[split]
-        logits = trainer.predict(evaluation_dataset(features, label_ids, global_batch_size), verbose=0)
-        predictions = np.argmax(logits[:len(label_ids)], axis=-1)  # The padding rows come last.
-        results[split] = classification_metrics(label_ids, predictions, label_names, encoded["train"][1])
-        logger.info("%s: %s", split.capitalize(), format_metrics(results[split]))
-    return results
-
-
 def save(args, model, tokenizer, results):
     """The model (and its PyTorch copy), the tokenizer, eval_results.json and a model card into --output_dir (and
     to the Hub with --hub_model_id)."""
+    scores = "\n".join(f"- {split.capitalize()}: accuracy {metrics['accuracy']:.3f}, macro-F1 "
+                       f"{metrics['macro_f1']:.3f} (majority class: accuracy {metrics['majority_class_accuracy']:.3f})"
+                       for split, metrics in results.items() if split in ("validation", "test"))
+    description = (f"A {model.config.model_type} text classifier of {model.config.num_labels} labels, fine-tuned "
+                   f"with TensorFlow from `{args.model_name_or_path}`"
+                   f"{' (random weights: --from_scratch)' if args.from_scratch else ''} on "
+                   f"`{args.train_file or args.dataset_name}` (`run_classification.py` of a TF + 🤗 Transformers "
+                   f"TPU pre-training pipeline).\n\n{scores}")
+
     def write(folder):
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
         save_pytorch_copy(model, tokenizer, folder)
         with open(os.path.join(folder, "eval_results.json"), "w") as f:
             json.dump(results, f, indent=2)
-        scores = "\n".join(
-            f"- {split.capitalize()}: accuracy {metrics['accuracy']:.3f}, macro-F1 {metrics['macro_f1']:.3f} "
-            f"(majority class: accuracy {metrics['majority_class_accuracy']:.3f})"
-            for split, metrics in results.items() if split in ("validation", "test"))
-        write_model_card(folder, args.output_dir, "text-classification", "I lost my card", f"""A \
-{model.config.model_type} text classifier of {model.config.num_labels} labels, fine-tuned with TensorFlow from \
-`{args.model_name_or_path}`{" (random weights: --from_scratch)" if args.from_scratch else ""} on \
-`{args.train_file or args.dataset_name}` (`run_classification.py` of a TF + 🤗 Transformers TPU pre-training \
-pipeline).
-
-{scores}""")
+        write_model_card(folder, args.output_dir, "text-classification", "I lost my card", description)
 
     save_folder(args.output_dir, write, "Model, tokenizer, eval_results.json and model card",
-                      args.hub_model_id, "Fine-tuned with run_classification.py", ignore_patterns=["logs/*"])
-
-
-def main(args):
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    strategy, on_tpu, jit_compile = set_up_training(
-        args, input_paths=(args.train_file, args.validation_file, args.test_file, args.model_name_or_path))
-
-    # Check the model folder and the data before building anything, so that mistakes cost seconds, not minutes.
-    refuse_an_unfinished_pretraining_run(args.model_name_or_path)
-    tokenizer = load_tokenizer(args.model_name_or_path, "--model_name_or_path", PASS_A_MODEL_FOLDER)
-    label_names, encoded = prepare_data(args, tokenizer)
-    config = classification_config(args, label_names, tokenizer)
-    is_chief = strategy.extended.should_checkpoint
-    if is_chief:
-        check_output_dir(args.output_dir, args.overwrite, stale=["logs"])  # TensorBoard would add to old curves.
-
-    logger.info("Strategy: %s with %d replica(s) on %d host(s); global batch %d; XLA %s; %s",
-                strategy_name(strategy), strategy.num_replicas_in_sync, count_hosts(strategy),
-                args.per_replica_batch_size * strategy.num_replicas_in_sync,
-                "implicit (TPU)" if on_tpu else "on" if jit_compile else "off",
-                "bfloat16 mixed precision" if args.bfloat16 else "float32")
-    with strategy.scope():
-        model = build_model(args, config)
-        trainer = ClassifierTrainer(model, jit_compile)
-    logger.info("Model: %s with %.1fM parameters, %s", config.model_type, model.count_params() / 1e6,
-                "random weights (--from_scratch)" if args.from_scratch else f"from {args.model_name_or_path}")
-
-    best_epoch, history = train(args, strategy, trainer, encoded)
-    results = evaluate(args, strategy, trainer, encoded, label_names)
-    if is_chief:
-        write_tensorboard_results(os.path.join(args.output_dir, "logs"), results, step=best_epoch)
-        results.update(model_name_or_path=args.model_name_or_path, from_scratch=args.from_scratch,
-                       num_labels=len(label_names), train_examples=len(encoded["train"][1]),
-                       examples_per_label=args.examples_per_label,
-                       max_length=args.max_length, num_replicas=strategy.num_replicas_in_sync,
-                       global_batch_size=args.per_replica_batch_size * strategy.num_replicas_in_sync,
-                       learning_rate=args.learning_rate, num_epochs=args.num_epochs, seed=args.seed,
-                       best_epoch=best_epoch,
-                       history={name: [float(value) for value in values] for name, values in history.items()})
-        save(args, model, tokenizer, results)
+                args.hub_model_id, "Fine-tuned with run_classification.py", ignore_patterns=["logs/*"])
 
 
 if __name__ == "__main__":
