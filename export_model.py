@@ -3,13 +3,12 @@
 
 SOURCE is one of:
 - a model folder saved by run_mlm.py or run_classification.py (tf_model.h5), with or without its PyTorch copy;
-- the --output_dir of a run_mlm.py run that is still going or was interrupted (or its checkpoints folder): its
-  last checkpoint, in {SOURCE}/checkpoints, becomes the model.
+- the --output_dir of a run_mlm.py run, going or interrupted, or its checkpoints folder: its last checkpoint
+  becomes the model.
 
---output_dir gets a complete model folder: the TensorFlow model as save_pretrained writes it (what
-run_classification.py and `pipeline(..., framework="tf")` load), its tokenizer, and in pytorch/ the same model for
-PyTorch (config, tokenizer, model.safetensors in float32). Neither PyTorch nor the Hub is needed. SOURCE and
---output_dir may be gs://bucket/folder.
+--output_dir gets a complete model folder: the TensorFlow model and its tokenizer as save_pretrained writes them
+(what run_classification.py and `pipeline(..., framework="tf")` load), and in pytorch/ the same model for PyTorch
+(float32 model.safetensors), made without PyTorch or the Hub. Both may be gs://bucket/folder.
 
 Example:
     python export_model.py mlm-model --output_dir mlm-model-step-3000
@@ -51,17 +50,17 @@ def main(args):
         raise SystemExit(f"error: SOURCE {args.source!r} is not a folder. {PASS_A_MODEL_FOLDER}")
     check_output_dir(args.output_dir, args.overwrite)
     if tf.io.gfile.exists(os.path.join(args.source, "tf_model.h5")):
-        write, description = from_model_folder(args.source)
+        write, origin = from_model_folder(args.source)
     else:
-        write, description = from_last_checkpoint(args.source)
-    save_folder(args.output_dir, write, description)
+        write, origin = from_last_checkpoint(args.source)
+    save_folder(args.output_dir, write, f"The model of {origin}, with its PyTorch copy in {PYTORCH_SUBFOLDER}/,")
 
 
 def from_model_folder(source):
-    """What to write for a saved model: its files (config, tokenizer, model card, results), and the PyTorch copy."""
+    """(write, origin) for a saved model: its files (config, tokenizer, model card, results) and a PyTorch copy."""
     local_dir = local_copy(source)  # Its files, not its sub-folders (checkpoints, logs).
     config = load_config(source, "SOURCE", PASS_A_MODEL_FOLDER)
-    # The TF class of the saved architecture: TFRobertaForMaskedLM for RobertaForMaskedLM.
+    # No TFAuto class picks the head from config.architectures: TFRobertaForMaskedLM for RobertaForMaskedLM.
     model = getattr(transformers, "TF" + config.architectures[0]).from_pretrained(local_dir)
     tokenizer = load_tokenizer(source, "SOURCE", PASS_A_MODEL_FOLDER)
 
@@ -73,13 +72,13 @@ def from_model_folder(source):
                     shutil.copy(os.path.join(local_dir, name), folder)
         save_pytorch_copy(model, tokenizer, folder)
 
-    return write, f"The model of {source}, with its PyTorch copy in {PYTORCH_SUBFOLDER}/,"
+    return write, source
 
 
 def from_last_checkpoint(source):
-    """What to write for a run_mlm.py run: the model of its last checkpoint, built from the config and tokenizer
-    the run saved beside its checkpoints."""
-    # SOURCE is the run's --output_dir, or its checkpoints folder (which holds the file "checkpoint").
+    """(write, origin) for a run_mlm.py run: the model of its last checkpoint, with the config and tokenizer beside
+    it, and a PyTorch copy."""
+    # SOURCE is the run's --output_dir, or its checkpoints folder (which holds the index file "checkpoint").
     is_checkpoint_dir = tf.io.gfile.exists(os.path.join(source, "checkpoint"))
     checkpoint_dir = source if is_checkpoint_dir else os.path.join(source, "checkpoints")
     checkpoint = tf.train.latest_checkpoint(checkpoint_dir)
@@ -91,8 +90,9 @@ def from_last_checkpoint(source):
     config_dir = os.path.join(checkpoint_dir, "config")
     if not tf.io.gfile.exists(os.path.join(config_dir, "config.json")):
         raise SystemExit(f"error: the run in {source!r} has checkpoints but not the config and tokenizer they belong "
-                         f"to ({config_dir}), which run_mlm.py saves when a run starts or resumes. Run the same run_mlm.py command again: it resumes from the last "
-                         "checkpoint and saves them; then stop it (Ctrl-C) or let it finish.")
+                         f"to ({config_dir}), which run_mlm.py saves when a run starts or resumes. Run the same "
+                         "run_mlm.py command again: it resumes from the last checkpoint and saves them; then stop it "
+                         "(Ctrl-C) or let it finish.")
     tokenizer = load_tokenizer(config_dir, "SOURCE", PASS_A_MODEL_FOLDER)
     model = TFAutoModelForMaskedLM.from_config(load_config(config_dir, "SOURCE", PASS_A_MODEL_FOLDER))
     model.build_in_name_scope()
@@ -106,7 +106,7 @@ def from_last_checkpoint(source):
         tokenizer.save_pretrained(folder)
         save_pytorch_copy(model, tokenizer, folder)
 
-    return write, f"The model of {checkpoint}, with its PyTorch copy in {PYTORCH_SUBFOLDER}/,"
+    return write, checkpoint
 
 
 if __name__ == "__main__":

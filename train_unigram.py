@@ -1,16 +1,15 @@
 #!/usr/bin/env python
 """Step 1 of 3: train a Unigram tokenizer on a text corpus and save it as a 🤗 Transformers fast tokenizer.
 
-A model pre-trained from scratch gets a vocabulary fitted to its own corpus. This script streams the texts of
-one split (the Hub's WikiText-103 by default, or text files, local or gs://, or local JSON-lines / Parquet files),
-skips empty and whitespace-only records, trains a Unigram model with SentencePiece's own trainer on every text or
-on a uniform random sample of them (--sample_size, --seed: SentencePiece holds what it trains on in memory),
-converts it to a 🤗 Tokenizers model, and saves the result to --output_dir, where
-`AutoTokenizer.from_pretrained(output_dir)` loads it offline. A gs:// --output_dir receives a copy of the saved
-folder (and step 2 and 3 read the tokenizer from there).
+A model pre-trained from scratch gets a vocabulary fitted to its own corpus. This script streams the non-blank
+texts of one split (the Hub's WikiText-103 by default, or text files, local or gs://, or local JSON-lines / Parquet
+files), trains a Unigram model on them, or on a uniform random sample of them (--sample_size), with SentencePiece's
+trainer, and saves it as a 🤗 Tokenizers model to --output_dir (local or gs://), where
+`AutoTokenizer.from_pretrained(output_dir)` loads it offline.
 
 The special tokens follow RoBERTa's layout, so that a RobertaConfig, the masking step of run_mlm.py and the
-`fill-mask` pipeline all agree without extra settings:
+`fill-mask` pipeline all agree without extra settings; every text is encoded as `<s> text </s>` (a pair as
+`<s> A </s></s> B </s>`), which delimits each document in the concatenated training stream of step 2:
 
     id 0  <s>     beginning of sequence, also the classifier token (bos_token, cls_token)
     id 1  <pad>   padding (pad_token; RobertaConfig's default pad_token_id is 1)
@@ -18,15 +17,9 @@ The special tokens follow RoBERTa's layout, so that a RobertaConfig, the masking
     id 3  <unk>   unknown (the Unigram model's fallback; WikiText's literal "<unk>" maps to it too)
     id 4  <mask>  the token that masked language modelling hides words behind (mask_token)
 
-The post-processor wraps every encoded text as `<s> text </s>` (a pair as `<s> A </s></s> B </s>`), so each
-document in the concatenated training stream of step 2 is delimited.
-
-Why SentencePiece's trainer and not 🤗 Tokenizers' UnigramTrainer: the latter picks its seed pieces by counting
-substrings over the list of distinct words, each written once, not over the text, so how often a word occurs does
-not count. In WikiText-2, "and" and "," are each one distinct word that starts no other one: "▁and" and "▁," occur
-once in what it counts, are never seeds and never tokens, whatever its settings. Trained there with 8,000 tokens,
-it lacks "▁a" and "▁." too, and each of these words costs two tokens, "▁" + word. SentencePiece counts substrings in
-the text itself. benchmarks/tokenizer_quality.py compares the two.
+Why SentencePiece's trainer, not 🤗 Tokenizers' UnigramTrainer: the latter counts substrings over the distinct
+words, each once, so a frequent word that starts no other one ("and", ",") never becomes a token ("▁and") and costs
+two, "▁" + word. SentencePiece counts them in the text itself (benchmarks/tokenizer_quality.py compares the two).
 
 Example:
     python train_unigram.py --train_file data/train.txt --vocab_size 8000 --output_dir unigram-tokenizer
@@ -58,6 +51,14 @@ UNK_ID = 3
 DEFAULT_SEED = 42
 
 
+def vocabulary_size(text):
+    """An argparse type: a vocabulary size with room for more than the special tokens."""
+    size = int(text)
+    if size <= len(SPECIAL_TOKENS):
+        raise argparse.ArgumentTypeError(f"must be larger than the {len(SPECIAL_TOKENS)} special tokens, got {size}")
+    return size
+
+
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     data = parser.add_argument_group("data (a Hub dataset by default, or files with --train_file)")
@@ -66,17 +67,15 @@ def parse_args():
     data.add_argument("--train_file", nargs="+",
                       help="Text files (.txt, one record per line; local or gs://), or local JSON-lines "
                            "(.json/.jsonl) or Parquet files, to train on instead of the Hub dataset.")
-    parser.add_argument("--vocab_size", type=int, default=10_000,
+    parser.add_argument("--vocab_size", type=vocabulary_size, default=10_000,
                         help="Size of the vocabulary, special tokens included (default: %(default)s).")
     sampling = parser.add_argument_group(
         "sampling (SentencePiece holds what it trains on in memory: about 20 bytes per byte of text)")
     sampling.add_argument("--sample_size", type=positive_int,
-                          help="Train on a uniform random sample of this many texts, drawn from every text read "
-                               "(from the first LIMIT records with --limit) in one pass that holds only the sample "
-                               "in memory; a Hub dataset is streamed, not downloaded first. Typical: 1 to 10 "
-                               "million, as memory allows (1 million texts of 500 bytes: some 10 GB). SentencePiece "
-                               "warns above 1 million sentences that training slows down, and up to its version "
-                               "0.1.6 trained on the first 10 million by default. Default: every text.")
+                          help="Train on a uniform random sample of this many texts, drawn in one pass over every "
+                               "text read (the first LIMIT records with --limit) that holds only the sample in memory. "
+                               "Typical: 1 to 10 million, as memory allows (1 million texts of 500 bytes: some 10 GB). "
+                               "Default: every text.")
     sampling.add_argument("--seed", type=int,
                           help=f"Seed of the --sample_size sample: the same seed draws the same sample from the "
                                f"same input (default: {DEFAULT_SEED}).")
@@ -87,38 +86,31 @@ def parse_args():
                         help="Texts handed to the trainer at a time (default: %(default)s).")
     parser.add_argument("--output_dir", default="unigram-tokenizer",
                         help="Folder to save the tokenizer to, local or gs://bucket/folder (default: %(default)s).")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="Write into --output_dir even if it is not empty.")
+    parser.add_argument("--overwrite", action="store_true", help="Write into --output_dir even if it is not empty.")
     parser.add_argument("--push_to_hub", action="store_true",
                         help="After saving locally, push the tokenizer to the Hub repository --hub_model_id.")
     parser.add_argument("--hub_model_id", help="Hub repository to push to, e.g. your-name/unigram-wikitext.")
     args = parser.parse_args()
     if args.push_to_hub and not args.hub_model_id:
         parser.error("--push_to_hub needs --hub_model_id (for example your-name/unigram-wikitext).")
-    if args.seed is not None:
-        if args.sample_size is None:
-            parser.error("--seed sets the sample drawn by --sample_size: give --sample_size too, or leave --seed out.")
-        # random.Random(-n) draws as random.Random(n): two seeds that look different would give one sample.
-        if args.seed < 0:
-            parser.error(f"--seed must be 0 or more, got {args.seed}.")
-    else:
+    if args.seed is None:
         args.seed = DEFAULT_SEED
-    if args.vocab_size <= len(SPECIAL_TOKENS):
-        parser.error(f"--vocab_size must be larger than the {len(SPECIAL_TOKENS)} special tokens.")
+    elif args.sample_size is None:
+        parser.error("--seed sets the sample drawn by --sample_size: give --sample_size too, or leave --seed out.")
+    elif args.seed < 0:  # random.Random(-n) draws as random.Random(n): two seeds would give one sample.
+        parser.error(f"--seed must be 0 or more, got {args.seed}.")
     return args
 
 
-# SentencePiece skips sentences longer than its max_sentence_length (in bytes). Longer texts are cut at a space into
-# chunks of at most this many characters (4 bytes each at most in UTF-8): no piece spans a space, so the cut loses
-# nothing.
+# SentencePiece skips sentences longer than its max_sentence_length (in bytes), so longer texts are cut at a space
+# into chunks of at most this many characters (4 UTF-8 bytes each at most): no piece spans a space, nothing is lost.
 MAX_CHUNK_CHARS = 4096
 
 
 def build_tokenizer(vocab=None):
     """A Unigram tokenizer (untrained without `vocab`, a list of (piece, log probability) with the special tokens
-    first): NFKC normalization, spaces at the ends dropped and runs of spaces made one, and "▁" marking where words
-    begin (Metaspace). The trimmed spaces are what SentencePiece trains on; without the trim a trailing space would
-    become a token "▁" of its own."""
+    first): NFKC normalization, spaces at the ends dropped and runs of spaces made one, as SentencePiece trains on
+    them (a trailing space would otherwise become a token "▁"), and "▁" marking where words begin (Metaspace)."""
     tokenizer = Tokenizer(models.Unigram(vocab, unk_id=UNK_ID if vocab else None))
     tokenizer.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Strip(),
                                                  normalizers.Replace(Regex(" {2,}"), " ")])
@@ -141,12 +133,10 @@ def sentencepiece_chunks(texts, normalizer):
             yield text
 
 
-def train_sentencepiece(texts, vocab_size, normalizer, num_threads=None):
+def train_sentencepiece(texts, vocab_size, normalizer):
     """Trains a Unigram model with SentencePiece on an iterable of texts, normalized first by `normalizer`; returns
-    the serialized model, with the special tokens of SPECIAL_TOKENS at ids 0 to 4.
-
-    SentencePiece keeps every text in memory: to bound it, pass a sample (reservoir_sample).
-    """
+    the serialized model, with the special tokens of SPECIAL_TOKENS at ids 0 to 4. SentencePiece keeps every text
+    in memory: to bound it, pass a sample (reservoir_sample)."""
     bos, pad, eos, unk, mask = (str(token) for token in SPECIAL_TOKENS.values())
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
@@ -157,22 +147,21 @@ def train_sentencepiece(texts, vocab_size, normalizer, num_threads=None):
         control_symbols=[mask],
         # The texts come normalized by the 🤗 normalizer, the one that runs at encoding time: no second one.
         normalization_rule_name="identity", remove_extra_whitespaces=False,
-        # Every character of the corpus gets a token, as 🤗 Tokenizers' trainer did (SentencePiece's default, 0.9995,
-        # leaves the rarest characters to <unk>).
+        # Every character of the corpus gets a token (the default, 0.9995, leaves the rarest ones to <unk>).
         character_coverage=1.0,
-        # Every chunk is loaded: the sampling is reservoir_sample's, which counts texts and takes a seed.
-        # (SentencePiece's own, input_sentence_size, counts chunks, and its seed is fixed at 12345678.)
+        # Every chunk is loaded: reservoir_sample samples texts, with a seed (SentencePiece's input_sentence_size
+        # would count chunks, with a fixed seed).
         max_sentence_length=4 * MAX_CHUNK_CHARS, input_sentence_size=0,
-        # A small corpus may hold fewer pieces than asked for: SentencePiece then returns what it found, and main()
-        # says how many (its own hard limit fails with a C++ error that is no message for a user).
+        # A corpus too small for vocab_size gives fewer pieces, which main() reports; the hard limit would fail
+        # with a C++ error instead.
         hard_vocab_limit=False,
-        num_threads=num_threads or os.cpu_count(), minloglevel=1)
+        num_threads=os.cpu_count(), minloglevel=1)
     return model.getvalue()
 
 
 def tokenizer_from_sentencepiece(model):
-    """The 🤗 `Tokenizer` that encodes as the serialized SentencePiece `model` does (post-processor not yet added):
-    the same pieces, ids and scores in a 🤗 Unigram model, behind build_tokenizer's normalizer and pre-tokenizer."""
+    """The 🤗 `Tokenizer` that encodes as the serialized SentencePiece `model` does (the same pieces, ids and scores
+    in a 🤗 Unigram model, behind build_tokenizer's normalizer and pre-tokenizer), wrapping texts as RoBERTa does."""
     processor = spm.SentencePieceProcessor(model_proto=model)
     vocab = [(processor.id_to_piece(i), processor.get_score(i)) for i in range(processor.get_piece_size())]
     names = [str(token) for token in SPECIAL_TOKENS.values()]
@@ -180,30 +169,27 @@ def tokenizer_from_sentencepiece(model):
     tokenizer = build_tokenizer(vocab)
     # The special tokens keep their ids (they are in the vocabulary already) and are matched before the model runs.
     tokenizer.add_special_tokens(list(SPECIAL_TOKENS.values()))
+    bos, eos = SPECIAL_TOKENS["bos_token"], SPECIAL_TOKENS["eos_token"]
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A {eos}", pair=f"{bos} $A {eos} {eos} $B {eos}",
+        special_tokens=[(bos, tokenizer.token_to_id(bos)), (eos, tokenizer.token_to_id(eos))])
     return tokenizer
 
 
-def train_tokenizer(texts, vocab_size, num_threads=None):
+def train_tokenizer(texts, vocab_size):
     """Trains a Unigram model with SentencePiece on an iterable of texts; returns it as a 🤗 `Tokenizer`."""
-    model = train_sentencepiece(texts, vocab_size, build_tokenizer().normalizer, num_threads)
-    return tokenizer_from_sentencepiece(model)
+    return tokenizer_from_sentencepiece(train_sentencepiece(texts, vocab_size, build_tokenizer().normalizer))
 
 
 def reservoir_sample(batches, size, seed):
-    """A uniform random sample of `size` texts from `batches`, an iterable of lists of texts whose total length is
-    not known in advance, and the number of texts read: (sample, num_read). Every set of `size` texts is equally
-    likely to be the sample; with `size` or fewer texts, the sample is all of them, in their order.
+    """A uniform random sample of `size` texts from `batches`, an iterable of lists of texts of unknown total
+    length, and the number of texts read: (sample, num_read); with `size` texts or fewer, all of them, in order.
+    Memory holds the sample only (random.sample would need every text), and the same seed gives the same sample
+    however the texts are batched: the draws depend on the texts' positions alone.
 
-    Memory holds the sample only, whatever the length of the stream. The same seed gives the same sample, however
-    the texts are batched (the random draws depend on the texts' positions in the stream alone).
-
-    This is Li's Algorithm L (ACM TOMS, 1994). The simpler Algorithm R draws a random number for every text read
-    after the first `size`, a Python loop over every text; Algorithm L draws, after each replacement, how many
-    texts to pass over before the next one, and reaches it by indexing into the batch: about
-    size * ln(num_read / size) replacements of three draws each. That is the faster of the two when the corpus is
-    many times the sample, the case that sampling is for. On two shared CPU cores, 475,340 texts, 10,000 kept, take
-    it 0.05 s against 0.15 s (reading them takes 0.44 s); with 100,000 kept, 0.20 s against 0.15 s.
-    """
+    Li's Algorithm L (ACM TOMS, 1994): instead of a draw for every text (Algorithm R), it draws how many texts to
+    pass over before the next one to take in, which pays when the corpus is many times the sample
+    (benchmarks/README.md)."""
     # Algorithm L, seen as: every text gets a uniform random key in (0, 1), and the sample is the `size` texts of
     # smallest keys. W is the largest key in the sample. A later text enters when its key is below W, so the texts
     # passed over before the next one to enter are a geometric number, of success probability W; it replaces the
@@ -213,9 +199,7 @@ def reservoir_sample(batches, size, seed):
     sample, num_read = [], 0
     log_w = 0.0  # W = 1 until the sample is full: every text enters.
 
-    def gap():
-        """Lowers W to the largest key in the sample, and draws how many texts to pass over before the next one
-        that enters."""
+    def gap():  # Lowers W to the largest key in the sample; returns how many texts to pass over before the next.
         nonlocal log_w
         log_w += math.log(open_unit_random(rng)) / size
         return math.floor(math.log(open_unit_random(rng)) / log_one_minus_exp(log_w))
@@ -247,28 +231,6 @@ def log_one_minus_exp(x):
     return math.log(-math.expm1(x)) if x > -math.log(2) else math.log1p(-math.exp(x))
 
 
-def refuse_a_smaller_vocabulary(vocab_size, asked_for, num_texts):
-    """Stops, saving nothing, when the corpus gave fewer tokens than --vocab_size. An error, not a warning: every
-    later step (shards, model size) would follow the smaller vocabulary unseen in a pipeline nobody watches, while
-    only a small corpus falls short, and training on it again takes moments."""
-    if vocab_size < asked_for:
-        raise SystemExit(
-            f"error: the corpus could not give a vocabulary of {asked_for} tokens, only {vocab_size} (special "
-            f"tokens included): its {num_texts} texts are too little text for more. Nothing was saved. Train on more "
-            "text (a larger --limit or --sample_size, if you set one), or pass --vocab_size "
-            f"{vocab_size} to train on this corpus.")
-
-
-def add_post_processor(tokenizer):
-    """Wraps every encoded text in <s> ... </s>, as RoBERTa expects."""
-    bos, eos = SPECIAL_TOKENS["bos_token"], SPECIAL_TOKENS["eos_token"]
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{bos} $A {eos}",
-        pair=f"{bos} $A {eos} {eos} $B {eos}",
-        special_tokens=[(bos, tokenizer.token_to_id(bos)), (eos, tokenizer.token_to_id(eos))],
-    )
-
-
 def main():
     args = parse_args()
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
@@ -279,18 +241,16 @@ def main():
         check_gcs_path(path)
     check_gcs_path(args.output_dir, write=True)
     check_output_dir(args.output_dir, args.overwrite)
-    corpus = text_batches(data_files={"train": args.train_file} if args.train_file else None,
-                          dataset_name=args.dataset_name, dataset_config=args.dataset_config, splits=[args.split],
-                          trust_remote_code=args.trust_remote_code, text_column=args.text_column,
-                          batch_size=args.batch_size, limit=args.limit)
-    batches = iter(next(iter(corpus.values())))  # The one split asked for: "train" of the files, or --split.
+    (batches,) = text_batches(data_files={"train": args.train_file} if args.train_file else None,
+                              dataset_name=args.dataset_name, dataset_config=args.dataset_config, splits=[args.split],
+                              trust_remote_code=args.trust_remote_code, text_column=args.text_column,
+                              batch_size=args.batch_size, limit=args.limit).values()  # The one split asked for.
     # Read the first batch now: a wrong column or an input with no text fails here, before SentencePiece starts.
     read_start = time.perf_counter()
     first = next(batches, None)
     if first is None:
         raise SystemExit("error: the input holds no text (every record is empty or whitespace). "
                          "Check --train_file / --dataset_name and --text_column.")
-
     batches = itertools.chain([first], batches)
     if args.sample_size:
         sample, num_read = reservoir_sample(batches, args.sample_size, args.seed)
@@ -300,26 +260,32 @@ def main():
                     else f"all of them: --sample_size {args.sample_size} is not smaller")
         batches = [sample]
 
-    texts_seen = 0
+    num_texts = 0
 
-    def texts():
-        nonlocal texts_seen
+    def texts():  # Counts the texts as SentencePiece reads them.
+        nonlocal num_texts
         for batch in batches:
-            texts_seen += len(batch)
+            num_texts += len(batch)
             yield from batch
 
     logger.info("Training a Unigram model of %d tokens with SentencePiece", args.vocab_size)
     tokenizer = train_tokenizer(texts(), args.vocab_size)
-    refuse_a_smaller_vocabulary(tokenizer.get_vocab_size(), args.vocab_size, texts_seen)
-    add_post_processor(tokenizer)
-
+    vocab_size = tokenizer.get_vocab_size()
+    # An error, not a warning: every later step (shards, model size) would follow the smaller vocabulary unseen.
+    if vocab_size < args.vocab_size:
+        raise SystemExit(
+            f"error: the corpus could not give a vocabulary of {args.vocab_size} tokens, only {vocab_size} (special "
+            f"tokens included): its {num_texts} texts are too little text for more. Nothing was saved. Train on more "
+            f"text (a larger --limit or --sample_size, if you set one), or pass --vocab_size {vocab_size} to train "
+            "on this corpus.")
     fast_tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, model_max_length=args.model_max_length,
         cls_token=SPECIAL_TOKENS["bos_token"], sep_token=SPECIAL_TOKENS["eos_token"], **SPECIAL_TOKENS)
-    logger.info("Trained on %d texts in %.1f s: a vocabulary of %d tokens", texts_seen, time.perf_counter() - start,
-                tokenizer.get_vocab_size())
+    logger.info("Trained on %d texts in %.1f s: a vocabulary of %d tokens", num_texts, time.perf_counter() - start,
+                vocab_size)
     save_folder(args.output_dir, fast_tokenizer.save_pretrained, "Tokenizer",
                 args.hub_model_id if args.push_to_hub else None, "Upload Unigram tokenizer")
+
 
 if __name__ == "__main__":
     main()
