@@ -532,21 +532,14 @@ def write_model_card(folder, output_dir, task, example, description):
 
 ## Use
 
-With 🤗 Transformers 5 and PyTorch, from the folder `{PYTORCH_SUBFOLDER}/` (a copy converted from TensorFlow's):
+With 🤗 Transformers 5 and PyTorch, from the folder `{PYTORCH_SUBFOLDER}/` (converted from TensorFlow's weights), or
+with Transformers 4.57 and TensorFlow, from `tf_model.h5`:
 
 ```python
 from transformers import pipeline
 
-pipe = pipeline("{task}", model="PATH_OR_HUB_ID", model_kwargs=dict(subfolder="{PYTORCH_SUBFOLDER}"))
-print(pipe("{example}"))
-```
-
-With 🤗 Transformers 4.57 and TensorFlow (`tf_model.h5`):
-
-```python
-from transformers import pipeline
-
-pipe = pipeline("{task}", model="PATH_OR_HUB_ID", framework="tf", dtype=None)
+pipe = pipeline("{task}", model="PATH_OR_HUB_ID", model_kwargs=dict(subfolder="{PYTORCH_SUBFOLDER}"))  # PyTorch
+pipe = pipeline("{task}", model="PATH_OR_HUB_ID", framework="tf", dtype=None)  # TensorFlow
 print(pipe("{example}"))
 ```
 """).save(os.path.join(folder, "README.md"))
