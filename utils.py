@@ -184,8 +184,9 @@ def folder_entries(path):
     if not is_gcs_path(path):
         return os.listdir(path) if os.path.isdir(path) else []
     bucket, prefix = gcs_folder(path)
-    names = {blob.name[len(prefix):].split("/")[0] for blob in bucket.list_blobs(prefix=prefix)}
-    return sorted(names - {""})
+    listing = bucket.list_blobs(prefix=prefix, delimiter="/")  # One level: the files, then the sub-folders' names.
+    names = [blob.name[len(prefix):] for blob in listing] + [folder[len(prefix):-1] for folder in listing.prefixes]
+    return sorted(set(names) - {""})  # "": the object that stands for the folder itself.
 
 
 def delete(path):
