@@ -265,7 +265,8 @@ def text_batches(*, text_column, batch_size, limit=None, data_files=None, datase
     records read at most per split, streamed: memory stays flat whatever the corpus size. From `data_files`
     ({split: [paths]}) or the Hub dataset `dataset_name` (`splits`: those to read, None for all). Text files are
     read here, at disk speed; the others through 🤗 Datasets."""
-    if data_files and data_files_format(data_files) == "text":
+    file_format = data_files_format(data_files) if data_files else None  # Every file checked, once.
+    if file_format == "text":
         if text_column != "text":  # As 🤗 Datasets' "text" builder, whose only column is "text".
             raise SystemExit(f"error: the data has no column {text_column!r}; its columns are ['text']. "
                              "Choose one with --text_column.")
@@ -273,7 +274,7 @@ def text_batches(*, text_column, batch_size, limit=None, data_files=None, datase
     import datasets  # Only here: it takes a second to import.
 
     if data_files:
-        corpus = datasets.load_dataset(data_files_format(data_files), data_files=data_files, streaming=True)
+        corpus = datasets.load_dataset(file_format, data_files=data_files, streaming=True)
     else:
         check_hub_reachable(dataset_name)
         try:
