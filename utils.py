@@ -35,6 +35,12 @@ import uuid
 
 logger = logging.getLogger("utils")
 
+
+class UserError(Exception):
+    """Something the user must change (a flag, a file, a folder), in a message that says what and how. Shared code
+    and the scripts' functions raise it; each script's entry point prints it as "error: MESSAGE" and exits with
+    status 1. A program that calls these functions can catch it like any other exception."""
+
 # ----------------------------------------------------------------------------------------------------------------
 # The shard contract. Each split folder holds, written in this order:
 #
