@@ -115,8 +115,7 @@ def parse_args():
     return args
 
 
-def main():
-    args = parse_args()
+def main(args):
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     start = time.perf_counter()
     data_files = {split: getattr(args, f"{split}_file") for split in ("train", "validation", "test")
@@ -509,6 +508,6 @@ def write_text_part(part, files, tokenizer, vocab_size, split_dir, args):
 
 if __name__ == "__main__":
     try:
-        main()
+        main(parse_args())
     except UserError as err:  # Bad input: its message alone, without a traceback.
         sys.exit(f"error: {err}")
