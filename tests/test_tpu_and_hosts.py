@@ -143,8 +143,12 @@ def test_the_installed_tensorflow_build(tmp_path):
 
 
 def test_check_tpu_says_what_is_wrong_on_a_machine_without_a_tpu():
-    result = subprocess.run([sys.executable, str(REPO / "utils.py"), "check-tpu"], capture_output=True, text=True)
+    # -X importtime lists every module imported: utils.py runs as __main__, and nothing may load it again as utils.
+    result = subprocess.run([sys.executable, "-X", "importtime", str(REPO / "utils.py"), "check-tpu"],
+                            capture_output=True, text=True)
     assert result.returncode == 1
+    imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import")]
+    assert "diagnostics" in imported and "utils" not in imported
     assert f"error: the installed TensorFlow, tensorflow {metadata.version('tensorflow')}, is built for CPUs and " \
            "GPUs only" in result.stdout and "make install-tpu" in result.stdout
     assert "error: this machine has no TPU chips" in result.stdout
