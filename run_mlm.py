@@ -46,8 +46,9 @@ from transformers import TFAutoModelForMaskedLM, create_optimizer
 
 from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME,
                    Manifest, add_hardware_arguments, check_max_length, check_output_dir, count_hosts, fraction,
-                   host_addresses, is_gcs_path, load_config, load_tokenizer, positive_int, save_folder,
-                   save_pytorch_copy, set_up_training, strategy_name, vocabulary_fingerprint, write_model_card)
+                   host_addresses, is_gcs_path, load_config, load_tokenizer, non_negative_float, non_negative_int,
+                   positive_float, positive_int, probability, save_folder, save_pytorch_copy, set_up_training,
+                   strategy_name, vocabulary_fingerprint, write_model_card)
 
 logger = logging.getLogger("run_mlm")
 
@@ -68,9 +69,9 @@ def parse_args():
     data.add_argument("--shuffle_buffer_size", type=positive_int, default=10_000,
                       help="Samples in the shuffle buffer: more mixes better, in more host memory "
                            "(default: %(default)s).")
-    data.add_argument("--mlm_probability", type=float, default=0.15,
+    data.add_argument("--mlm_probability", type=probability, default=0.15,
                       help="Fraction of the non-special tokens to mask (default: %(default)s).")
-    data.add_argument("--max_predictions_per_seq", type=int,
+    data.add_argument("--max_predictions_per_seq", type=non_negative_int,
                       help="Masked positions per sequence at most, where the LM head computes logits (0: at every "
                            "position). Default: the expected number plus a margin, 32 for 0.15 x 128.")
 
@@ -81,7 +82,7 @@ def parse_args():
     model.add_argument("--pretrained_model_config", default="FacebookAI/roberta-base",
                        help="Architecture to train from scratch: a Hub model id, a folder holding config.json or a "
                             "config file (local or gs://); weights are never read (default: %(default)s).")
-    model.add_argument("--config_overrides",
+    model.add_argument("--config_overrides", type=config_overrides,
                        help="Changes to the config, e.g. hidden_size=256,num_hidden_layers=4,num_attention_heads=4.")
     model.add_argument("--output_bias", choices=["frequencies", "zeros"], default="frequencies",
                        help="The LM head's initial output bias: each token's log-frequency in the training shards "
@@ -95,13 +96,13 @@ def parse_args():
     training.add_argument("--gradient_accumulation_steps", type=positive_int, default=1,
                           help="Micro-batches per step, their gradients added up: a larger batch in the same "
                                "memory (default: %(default)s).")
-    training.add_argument("--learning_rate", type=float, default=1e-4,
+    training.add_argument("--learning_rate", type=positive_float, default=1e-4,
                           help="AdamW's peak learning rate (default: %(default)s).")
-    training.add_argument("--weight_decay_rate", type=float, default=1e-3,
+    training.add_argument("--weight_decay_rate", type=non_negative_float, default=1e-3,
                           help="AdamW's decoupled weight decay, never on LayerNorm weights and biases "
                                "(default: %(default)s).")
     warmup = training.add_mutually_exclusive_group()
-    warmup.add_argument("--warmup_steps", type=int, help="Steps of linear warmup before the linear decay to 0.")
+    warmup.add_argument("--warmup_steps", type=non_negative_int, help="Steps of linear warmup before the linear decay to 0.")
     warmup.add_argument("--warmup_ratio", type=fraction, default=0.05,
                         help="Warmup as a fraction of all steps (default: %(default)s).")
     length = training.add_mutually_exclusive_group()
@@ -128,12 +129,11 @@ def parse_args():
         parser.error(f"--max_length must be at least {MIN_MAX_LENGTH}, got {args.max_length}: shorter samples leave "
                      "too few tokens to mask, with too little context. Write shards of 128 tokens, or at least "
                      f"{MIN_MAX_LENGTH}, with prepare_tfrecord_shards.py.")
-    if args.max_predictions_per_seq is None:
+    if args.max_predictions_per_seq is None:  # After the types checked --mlm_probability: a rate in (0, 1).
         args.max_predictions_per_seq = default_max_predictions(args.mlm_probability, args.max_length)
-    if not (0 < args.mlm_probability < 1 and (args.warmup_steps or 0) >= 0
-            and 0 <= args.max_predictions_per_seq <= args.max_length):
-        parser.error("--mlm_probability must be in (0, 1), --warmup_steps 0 or more, and --max_predictions_per_seq "
-                     "from 0 to --max_length.")
+    if args.max_predictions_per_seq > args.max_length:
+        parser.error(f"--max_predictions_per_seq must be from 0 to --max_length ({args.max_length}), got "
+                     f"{args.max_predictions_per_seq}.")
     return args
 
 
@@ -596,6 +596,19 @@ def distributed_datasets(args, strategy, plan, tokenizer, train_files, eval_file
 
 # ----------------------------------------------------------------------------------------------------------------
 # The model and how long it trains
+
+
+def config_overrides(text):
+    """An argparse type: --config_overrides as given ("name=value,..."), its rates and sizes checked here; the names
+    and the other values are checked once the config is loaded (model_config). A dropout rate of 1 or more, or a
+    size of 0, would train a model that cannot learn, or fail deep in Keras."""
+    for name, _, value in (pair.partition("=") for pair in text.split(",")):
+        if "dropout" in name and value != "None" and not 0 <= float(value) < 1:
+            raise argparse.ArgumentTypeError(f"{name} is a dropout rate: it must be in [0, 1), got {value}")
+        if (name.endswith("_size") or name.startswith("num_") or name == "max_position_embeddings") \
+                and not int(value) > 0:
+            raise argparse.ArgumentTypeError(f"{name} must be a positive number, got {value}")
+    return text
 
 
 def model_config(args, tokenizer):

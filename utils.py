@@ -398,6 +398,34 @@ def fraction(text):
     return float(text)
 
 
+def probability(text):
+    """An argparse type: a number in (0, 1), 0 and 1 excluded (a masking rate)."""
+    if not 0 < float(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), 0 and 1 excluded, got {text}")
+    return float(text)
+
+
+def positive_float(text):
+    """An argparse type: a number above 0 (a learning rate). NaN is refused too: no comparison holds for it."""
+    if not float(text) > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return float(text)
+
+
+def non_negative_float(text):
+    """An argparse type: a number of 0 or more (a weight decay rate)."""
+    if not float(text) >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return float(text)
+
+
+def non_negative_int(text):
+    """An argparse type: an integer of 0 or more (warmup steps)."""
+    if int(text) < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {int(text)}")
+    return int(text)
+
+
 def check_output_dir(path, overwrite, resumable=(), stale=()):
     """The output-folder policy of every script. --output_dir may not be a file; a folder that holds anything
     but `resumable` (what the script resumes from) is refused without --overwrite; with it, `stale` (what an
