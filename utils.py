@@ -293,7 +293,8 @@ def text_batches(*, text_column, batch_size, limit=None, data_files=None, datase
         missing = [split for split in splits or [] if split not in corpus]
         if missing:
             raise SystemExit(f"error: the dataset {dataset_name!r} has no split {missing}; it has {sorted(corpus)}.")
-    return {split: iter_text_batches(dataset, text_column, batch_size, limit) for split, dataset in corpus.items()
+    return {split: iter_text_batches(dataset, text_column, batch_size, limit, f"the {split} split")
+            for split, dataset in corpus.items()
             if not splits or split in splits}
 
 
@@ -333,13 +334,14 @@ def data_files_format(data_files, formats=("text", "json", "parquet")):
     return builders.pop()
 
 
-def iter_text_batches(dataset, text_column, batch_size, limit=None):
-    """The texts of a streamed 🤗 dataset in lists of up to `batch_size`; `limit` records at most."""
+def iter_text_batches(dataset, text_column, batch_size, limit=None, source="the input"):
+    """The texts of a streamed 🤗 dataset in lists of up to `batch_size`; `limit` records at most. `source` names
+    the dataset in errors ("the train split")."""
     if text_column not in (dataset.column_names or [text_column]):
         raise SystemExit(f"error: the data has no column {text_column!r}; its columns are {dataset.column_names}. "
                          "Choose one with --text_column.")
     texts = (record[text_column] for record in (dataset.take(limit) if limit is not None else dataset))
-    return batches_of_texts(texts, batch_size)
+    return batches_of_texts(texts, batch_size, f"the {text_column!r} field of record {{}} of {source}")
 
 
 def iter_text_file_batches(files, batch_size, limit=None):
@@ -373,10 +375,23 @@ def iter_text_file_lines(files):
                 yield from text.removesuffix("\r").split("\r")
 
 
-def batches_of_texts(texts, batch_size):
-    """The texts in lists of up to `batch_size`, less empty and whitespace-only ones (and None, a missing value)."""
-    texts = (text for text in texts if text and not text.isspace())
-    while batch := list(itertools.islice(texts, batch_size)):
+def batches_of_texts(texts, batch_size, where="record {} of the input"):
+    """The texts in lists of up to `batch_size`, less empty and whitespace-only ones and None (null: how JSON and
+    Parquet write a missing text). Any other value that is not a string (a number, a list, an object) stops the
+    run, `where` naming it ("record {} of ...", numbered from 1): it is a wrong --text_column or a damaged export
+    more often than a text, and skipping such records could skip a corpus. Every script reads texts here."""
+    def texts_only():
+        for number, text in enumerate(texts, start=1):
+            if text is not None and not isinstance(text, str):
+                raise UserError(f"{where.format(number)} is not text but {type(text).__name__} {str(text)[:80]}. "
+                                "Every record's text must be a string (null counts as an empty text and is "
+                                "skipped, as empty ones are). Fix or drop such records, or choose the column that "
+                                "holds the text with --text_column.")
+            if text and not text.isspace():
+                yield text
+
+    checked = texts_only()
+    while batch := list(itertools.islice(checked, batch_size)):
         yield batch
 
 
