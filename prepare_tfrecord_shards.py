@@ -49,8 +49,8 @@ from tqdm import tqdm
 
 from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, SHARD_NAME, TOKEN_COUNTS_NAME, Manifest,
                    add_corpus_arguments, check_gcs_path, check_output_dir, data_files_format, delete, exists,
-                   file_size, is_gcs_path, iter_text_file_batches, local_copy, open_file, positive_int, rename,
-                   text_batches, vocabulary_fingerprint)
+                   file_size, is_gcs_path, iter_text_file_batches, local_copy, open_file, out_of_space_named,
+                   positive_int, rename, text_batches, vocabulary_fingerprint)
 from utils import load_tokenizer as load_auto_tokenizer
 
 logger = logging.getLogger("prepare_tfrecord_shards")
@@ -61,6 +61,12 @@ MIN_BYTES_PER_WORKER = 16 * 2**20
 # With --runner, a file is cut into parts of at most this size: minutes of work for a core, long beside a
 # worker's start, short enough that a large corpus spreads over many workers.
 DEFAULT_PART_SIZE_MB = 256
+
+
+OUT_OF_SPACE_ADVICE = (f"Nothing unfinished looks complete: a split not written to the end keeps its "
+                       f"{INCOMPLETE_MARKER_NAME} marker and has no {MANIFEST_NAME}, and run_mlm.py refuses it. Free "
+                       "space (--overwrite deletes the partial shards first), or choose an --output_dir with more "
+                       "room, then run the same command again with --overwrite.")
 
 
 def parse_args():
@@ -124,15 +130,16 @@ def main():
         check_gcs_path(path)
     check_gcs_path(args.output_dir, write=True)
     check_output_dir(args.output_dir, args.overwrite)
-    if args.runner:
-        if not data_files:
-            raise SystemExit("error: with --runner, pass input files (--train_file, --validation_file, --test_file; "
-                             "globs allowed): the Beam pipeline does not read Hub datasets.")
-        from beam_pipeline import run_beam_pipeline  # Only here: Beam is installed for --runner alone.
+    if args.runner and not data_files:
+        raise SystemExit("error: with --runner, pass input files (--train_file, --validation_file, --test_file; "
+                         "globs allowed): the Beam pipeline does not read Hub datasets.")
+    with out_of_space_named(args.output_dir, "the shards", OUT_OF_SPACE_ADVICE):
+        if args.runner:
+            from beam_pipeline import run_beam_pipeline  # Only here: Beam is installed for --runner alone.
 
-        manifests = run_beam_pipeline(data_files, args)
-    else:
-        manifests = write_splits_here(data_files, args)
+            manifests = run_beam_pipeline(data_files, args)
+        else:
+            manifests = write_splits_here(data_files, args)
 
     seconds, num_tokens = time.perf_counter() - start, sum(m.num_tokens for m in manifests)
     for m in manifests:

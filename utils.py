@@ -18,6 +18,7 @@ import atexit
 import contextlib
 import copy
 import dataclasses
+import errno
 import functools
 import glob
 import hashlib
@@ -236,6 +237,35 @@ def upload_folder(local_dir, path):
         for file in files:
             relative = os.path.relpath(os.path.join(root, file), local_dir).replace(os.sep, "/")
             gcs_blob(posixpath.join(path, relative)).upload_from_filename(os.path.join(root, file))
+
+
+# A full disk or bucket, as each layer says it: the OS (ENOSPC, EDQUOT; h5py gives only the text), TensorFlow (a
+# ResourceExhaustedError, which also means "out of device memory": hence the text), google-cloud-storage (quota).
+OUT_OF_SPACE = re.compile(r"no space left on device|disk quota exceeded|quota ?exceeded|exceeded .{0,60}quota|"
+                          r"insufficient storage", re.IGNORECASE)
+
+
+def is_out_of_space(error):
+    if isinstance(error, UserError):  # Already explained.
+        return False
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return bool(OUT_OF_SPACE.search(str(error)))
+
+
+@contextlib.contextmanager
+def out_of_space_named(folder, what, then):
+    """Turns an error saying that the disk or the bucket is full into a UserError naming `folder`, `what` was being
+    written there, and `then` (a text, or a function giving it then): what is left and what to do. Other errors
+    pass unchanged."""
+    try:
+        yield
+    except Exception as error:
+        if not is_out_of_space(error):
+            raise
+        reason = next(iter(OUT_OF_SPACE.findall(str(error))), None) or os.strerror(error.errno)
+        raise UserError(f"no space left to write {what} in {folder!r} ({reason}: the disk, or the bucket's quota, "
+                        f"is full). {then() if callable(then) else then}") from error
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -514,14 +544,38 @@ def check_max_length(config, max_length, can_override=False):
             + (f", or add max_position_embeddings={needed} to --config_overrides." if can_override else "."))
 
 
+FULL_DISK_ADVICE = ("What was written of it is deleted: nothing half-saved looks complete. Free space, then run the "
+                    "same command again.")
+
+
+@contextlib.contextmanager
+def nothing_half_saved(output_dir, description):
+    """Deletes what save_folder had written into `output_dir` when a full disk stopped it: a folder with half a
+    model (a config, no weights) would look like a model, and a run could not resume beside it. What was there
+    before stays."""
+    before = set(folder_entries(output_dir))
+    try:
+        yield
+    except UserError:
+        for name in set(folder_entries(output_dir)) - before:
+            delete(posixpath.join(output_dir, name) if is_gcs_path(output_dir) else os.path.join(output_dir, name))
+        raise
+
+
 def save_folder(output_dir, write, description, hub_model_id=None, commit_message=None, ignore_patterns=None):
     """Has `write(folder)` write files into a local folder, then puts them in `output_dir` and, with
     `hub_model_id`, on the Hub (less `ignore_patterns`). save_pretrained and the Hub client write and read local
     folders only: for a gs:// `output_dir`, `folder` is a temporary one."""
     local_dir = tempfile.mkdtemp() if is_gcs_path(output_dir) else output_dir
-    write(local_dir)
     if local_dir != output_dir:
-        upload_folder(local_dir, output_dir)
+        atexit.register(shutil.rmtree, local_dir, ignore_errors=True)  # Also when the upload fails.
+    with nothing_half_saved(output_dir, description):
+        with out_of_space_named(output_dir if local_dir == output_dir else f"{local_dir} (a local copy for "
+                                f"{output_dir})", description[0].lower() + description[1:], then=FULL_DISK_ADVICE):
+            write(local_dir)
+        if local_dir != output_dir:
+            with out_of_space_named(output_dir, description[0].lower() + description[1:], then=FULL_DISK_ADVICE):
+                upload_folder(local_dir, output_dir)
     logger.info("%s saved to %s", description, output_dir)
     if hub_model_id:
         from huggingface_hub import create_repo, upload_folder as upload_to_hub

@@ -4,13 +4,20 @@ where it can: no traceback, nothing lost."""
 
 import argparse
 import json
+import os
+import socket
+import subprocess
 import sys
+import time
 
 import pytest
+import tensorflow as tf
 
 import run_classification
 import run_mlm
 import utils
+from conftest import MAX_LENGTH
+from helpers import REPO, run_script
 from utils import UserError
 
 
@@ -106,3 +113,143 @@ def test_the_beam_workers_refuse_a_record_that_is_not_text_as_the_scripts_do(tmp
                                                 args)
     assert str(error.value).startswith(f"the 'text' field of record 3 of {str(path)!r} from byte 0 (blank lines not "
                                        "counted) is not text but int 7.")
+
+
+@pytest.fixture
+def releases(monkeypatch):
+    """The releases that OutputDirLease.hold registers to run at exit, run at the end of the test instead."""
+    callbacks = []
+    monkeypatch.setattr(run_mlm.atexit, "register", callbacks.append)
+    yield callbacks
+    for callback in callbacks:
+        callback()
+
+
+def test_a_second_run_into_a_folder_where_a_run_is_going_is_refused_at_once(tmp_path, releases):
+    run_mlm.OutputDirLease(str(tmp_path)).hold()
+    claim = json.loads((tmp_path / "running.json").read_text())
+    assert claim["pid"] == os.getpid() and claim["host"] == socket.gethostname()
+    with pytest.raises(UserError) as error:
+        run_mlm.OutputDirLease(str(tmp_path)).hold()
+    message = str(error.value)
+    assert message.startswith(f"another run is writing into --output_dir {str(tmp_path)!r}: process {os.getpid()} "
+                              f"on host {socket.gethostname()}, started {run_mlm.utc(claim['started'])}")
+    assert "choose another --output_dir" in message and "expires" not in message  # Same host: no lease to wait for.
+    releases.pop()()  # The process exits: its claim goes.
+    assert not (tmp_path / "running.json").exists()
+
+
+def test_a_run_killed_on_this_host_leaves_a_claim_that_the_next_run_takes_over(tmp_path, releases, caplog):
+    holder = subprocess.Popen(["sleep", "60"])  # Stands in for a run's process.
+    lease = run_mlm.OutputDirLease(str(tmp_path))
+    lease.claim.update(pid=holder.pid, process_start=run_mlm.process_start(holder.pid))
+    assert lease.claim_folder(replacing=False, generation=None)
+    with pytest.raises(UserError, match=f"process {holder.pid} on host"):
+        run_mlm.OutputDirLease(str(tmp_path)).hold()
+    holder.kill()  # SIGKILL: nothing is released.
+    holder.wait()
+    run_mlm.OutputDirLease(str(tmp_path)).hold()
+    assert json.loads((tmp_path / "running.json").read_text())["pid"] == os.getpid()
+    assert f"names a run that ended without releasing it (process {holder.pid}" in caplog.text
+
+
+def test_a_claim_from_another_host_blocks_until_its_lease_expires(tmp_path, releases):
+    lease = run_mlm.OutputDirLease(str(tmp_path))
+    lease.claim.update(host="lost-vm", pid=1234, renewed=time.time() - 60)
+    assert lease.claim_folder(replacing=False, generation=None)
+    with pytest.raises(UserError) as error:
+        run_mlm.OutputDirLease(str(tmp_path)).hold()
+    assert "process 1234 on host lost-vm" in str(error.value)
+    assert (f"takes over once its claim expires, at {run_mlm.utc(lease.claim['renewed'] + 600)} (10 minutes after it "
+            f"was last renewed), or at once if you delete {tmp_path / 'running.json'}") in str(error.value)
+    lease.claim["renewed"] = time.time() - 601
+    (tmp_path / "running.json").write_text(json.dumps(lease.claim))
+    run_mlm.OutputDirLease(str(tmp_path)).hold()
+    assert json.loads((tmp_path / "running.json").read_text())["host"] == socket.gethostname()
+
+
+def test_a_process_id_used_again_is_not_taken_for_the_run(tmp_path, releases):
+    lease = run_mlm.OutputDirLease(str(tmp_path))
+    lease.claim["process_start"] = "1"  # This process's id, but another process's start: the run has ended.
+    assert lease.claim_folder(replacing=False, generation=None)
+    run_mlm.OutputDirLease(str(tmp_path)).hold()
+
+
+def test_the_holder_renews_its_claim_and_releases_only_its_own(tmp_path, releases):
+    lease = run_mlm.OutputDirLease(str(tmp_path))
+    lease.hold()
+    renewed = lease.claim["renewed"]
+    time.sleep(0.01)
+    assert lease.renew() and json.loads((tmp_path / "running.json").read_text())["renewed"] > renewed
+    (tmp_path / "running.json").write_text(json.dumps({**lease.claim, "run": "another"}))  # Taken over.
+    assert not lease.renew()
+    releases.pop()()
+    assert json.loads((tmp_path / "running.json").read_text())["run"] == "another"
+
+
+@pytest.fixture(scope="module")
+def gcs():
+    from gcs_emulator import GcsEmulator
+
+    with GcsEmulator() as emulator:
+        emulator.create_bucket("faults")
+        yield emulator
+
+
+@pytest.fixture
+def bucket_client(gcs, monkeypatch):
+    """utils' Cloud Storage layer, in this process, on the emulator."""
+    monkeypatch.setattr(utils, "gcs_client", gcs.client)
+    return gcs.client()
+
+
+def test_a_claim_in_a_bucket_is_a_lease_that_expires_and_one_of_two_runs_wins(bucket_client, releases):
+    folder = f"gs://faults/run-{time.monotonic_ns()}"
+    first, second = run_mlm.OutputDirLease(folder), run_mlm.OutputDirLease(folder)
+    second.claim["host"] = "another-vm"  # The second run starts on another machine: only the lease can tell.
+    first.hold()
+    assert not second.claim_folder(replacing=False, generation=None)  # It too found no claim, but came second.
+    with pytest.raises(UserError, match=f"process {os.getpid()} on host .* If that run is gone .* at once if you "
+                                        f"delete {folder}/running.json"):
+        second.hold()
+    assert first.renew()
+    stale = json.loads(bucket_client.bucket("faults").blob(f"{folder[len('gs://faults/'):]}/running.json")
+                       .download_as_bytes())
+    stale.update(host="lost-vm", renewed=time.time() - 601)
+    bucket_client.bucket("faults").blob(f"{folder[len('gs://faults/'):]}/running.json").upload_from_string(
+        json.dumps(stale))
+    second.hold()  # The lost VM's lease has expired.
+    assert not first.renew()  # The first run learns that it was taken over.
+    releases.pop(0)()  # The first run exits: the claim is the second's, and stays.
+    assert run_mlm.OutputDirLease(folder).read()[0]["run"] == second.claim["run"]
+    releases.pop()()
+    assert run_mlm.OutputDirLease(folder).read() == (None, None)
+
+
+def test_the_same_command_twice_into_one_folder_is_refused_and_a_killed_run_does_not_block(
+        shards_dir, tokenizer_dir, tiny_config_dir, tmp_path):
+    output_dir = tmp_path / "model"
+    args = ["--train_dataset", shards_dir / "train", "--tokenizer", tokenizer_dir, "--pretrained_model_config",
+            tiny_config_dir, "--max_length", MAX_LENGTH, "--per_replica_batch_size", 8, "--warmup_steps", 0,
+            "--no_tpu", "--max_steps", 10**6, "--checkpoint_every_steps", 10, "--output_dir", output_dir]
+    first = subprocess.Popen([sys.executable, str(REPO / "run_mlm.py"), *map(str, args)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in first.stderr:
+            if "Steps 1 to " in line:
+                break
+        second = run_script("run_mlm.py", *args, expect_failure=True)
+        assert (f"error: another run is writing into --output_dir '{output_dir}': process {first.pid} on host "
+                f"{socket.gethostname()}, started ") in second.stderr
+        assert "Model:" not in second.stderr and "Traceback" not in second.stderr  # At once.
+        while not list((output_dir / "checkpoints").glob("ckpt-*.index")):
+            time.sleep(0.2)
+    finally:
+        first.kill()  # SIGKILL: no checkpoint at the end, no release.
+        first.wait()
+    assert (output_dir / "running.json").exists()
+    last_step = int(tf.train.latest_checkpoint(str(output_dir / "checkpoints")).rsplit("-", 1)[1])
+    third = run_script("run_mlm.py", *args[:-4], "--max_steps", last_step + 2, "--output_dir", output_dir)
+    assert f"names a run that ended without releasing it (process {first.pid}" in third.stderr
+    assert f"Resuming from {output_dir / 'checkpoints' / f'ckpt-{last_step}'}" in third.stderr
+    assert not (output_dir / "running.json").exists() and (output_dir / "tf_model.h5").exists()
