@@ -243,17 +243,20 @@ def upload_folder(local_dir, path):
 
 
 # A full disk or bucket, as each layer says it: the OS (ENOSPC, EDQUOT; h5py gives only the text), TensorFlow (a
-# ResourceExhaustedError, which also means "out of device memory": hence the text), google-cloud-storage (quota).
-OUT_OF_SPACE = re.compile(r"no space left on device|disk quota exceeded|quota ?exceeded|exceeded .{0,60}quota|"
-                          r"insufficient storage", re.IGNORECASE)
+# ResourceExhaustedError, which also means "out of device memory": hence the text), Cloud Storage (a quota).
+OUT_OF_SPACE = {"the disk is full (No space left on device)": r"no space left on device",
+                "the disk quota is exceeded (Disk quota exceeded)": r"disk quota exceeded",
+                "the storage quota is exceeded": r"quota ?exceeded|exceeded .{0,60}quota|insufficient storage"}
 
 
-def is_out_of_space(error):
+def out_of_space_reason(error):
+    """What says that `error` is a full disk or bucket, or None when it is another error."""
     if isinstance(error, UserError):  # Already explained.
-        return False
+        return None
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
-    return bool(OUT_OF_SPACE.search(str(error)))
+        return list(OUT_OF_SPACE)[error.errno == errno.EDQUOT]
+    return next((reason for reason, pattern in OUT_OF_SPACE.items()
+                 if re.search(pattern, str(error), re.IGNORECASE)), None)
 
 
 @contextlib.contextmanager
@@ -264,11 +267,11 @@ def out_of_space_named(folder, what, then):
     try:
         yield
     except Exception as error:
-        if not is_out_of_space(error):
+        reason = out_of_space_reason(error)
+        if reason is None:
             raise
-        reason = next(iter(OUT_OF_SPACE.findall(str(error))), None) or os.strerror(error.errno)
-        raise UserError(f"no space left to write {what} in {folder!r} ({reason}: the disk, or the bucket's quota, "
-                        f"is full). {then() if callable(then) else then}") from error
+        raise UserError(f"no space left to write {what} in {folder!r}: {reason}. "
+                        f"{then() if callable(then) else then}") from error
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import run_classification
 import run_mlm
 import utils
 from conftest import MAX_LENGTH
-from helpers import REPO, run_script
+from helpers import REPO, WIKITEXT, run_script
 from utils import UserError
 
 
@@ -253,3 +253,131 @@ def test_the_same_command_twice_into_one_folder_is_refused_and_a_killed_run_does
     assert f"names a run that ended without releasing it (process {first.pid}" in third.stderr
     assert f"Resuming from {output_dir / 'checkpoints' / f'ckpt-{last_step}'}" in third.stderr
     assert not (output_dir / "running.json").exists() and (output_dir / "tf_model.h5").exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """mount(size): a tmpfs of `size` bytes at tmp_path/"disk", a disk that fills; mount again to grow it (space
+    freed). Skipped where this test may not mount (not root, or no CAP_SYS_ADMIN): the injected errors below still
+    run there."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = []
+
+    def mount(size):
+        options = f"size={size}" + (",remount" if mounted else "")
+        result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(disk)], capture_output=True)
+        if result.returncode:
+            pytest.skip(f"cannot mount a small tmpfs here: {result.stderr.decode().strip()}")
+        mounted.append(size)
+        return disk
+
+    yield mount
+    if mounted:
+        subprocess.run(["umount", "--lazy", str(disk)], check=True)  # Lazy: a file the failed write left open.
+
+
+def prepare_argv(tokenizer_dir, output_dir, *extra):
+    return ["prepare_tfrecord_shards.py", "--tokenizer_name_or_path", str(tokenizer_dir), "--train_file",
+            str(WIKITEXT / "train.txt"), "--limit", "1400", "--max_length", str(MAX_LENGTH), "--shard_size", "100",
+            "--output_dir", str(output_dir), *extra]
+
+
+def test_a_full_disk_while_writing_shards_leaves_the_split_incomplete_and_the_same_command_works_once_freed(
+        tokenizer_dir, small_disk, monkeypatch):
+    import prepare_tfrecord_shards
+
+    disk = small_disk(64 * 1024)  # The shards of 1,400 lines take about 600 KB.
+    monkeypatch.setattr(sys, "argv", prepare_argv(tokenizer_dir, disk / "tfrecords"))
+    with pytest.raises(UserError) as error:
+        prepare_tfrecord_shards.main()
+    assert str(error.value).startswith(f"no space left to write the shards in '{disk / 'tfrecords'}': the disk is "
+                                       "full (No space left on device). Nothing unfinished looks complete")
+    assert "run the same command again with --overwrite" in str(error.value)
+    split = disk / "tfrecords" / "train"
+    assert (split / "INCOMPLETE").exists() and not (split / "manifest.json").exists()
+    with pytest.raises(UserError, match="the shards at .* are incomplete"):  # Nothing looks complete.
+        run_mlm.find_shards(str(split), MAX_LENGTH)
+    small_disk(8 * 2**20)  # Space freed.
+    monkeypatch.setattr(sys, "argv", prepare_argv(tokenizer_dir, disk / "tfrecords", "--overwrite"))
+    prepare_tfrecord_shards.main()
+    assert json.loads((split / "manifest.json").read_text())["num_samples"] > 0 and not (split / "INCOMPLETE").exists()
+
+
+def test_a_full_disk_while_checkpointing_keeps_the_last_checkpoint_and_the_same_command_resumes(
+        shards_dir, tokenizer_dir, tiny_config_dir, pretrained_model_dir, small_disk):
+    # Room for the run's config and one checkpoint, not two: the checkpoint of step 20 finds the disk full.
+    checkpoint_bytes = sum(path.stat().st_size for path in (pretrained_model_dir / "checkpoints").glob("ckpt-*"))
+    config_bytes = sum(path.stat().st_size for path in (pretrained_model_dir / "checkpoints" / "config").iterdir())
+    disk = small_disk(config_bytes + checkpoint_bytes * 3 // 2 + 128 * 1024)
+    output_dir = disk / "model"
+    args = ["--train_dataset", shards_dir / "train", "--tokenizer", tokenizer_dir, "--pretrained_model_config",
+            tiny_config_dir, "--max_length", MAX_LENGTH, "--per_replica_batch_size", 8, "--warmup_steps", 0,
+            "--no_tpu", "--max_steps", 30, "--checkpoint_every_steps", 10, "--output_dir", output_dir]
+    result = run_script("run_mlm.py", *args, expect_failure=True)
+    assert (f"error: no space left to write the checkpoint of step 20 in '{output_dir / 'checkpoints'}': the disk "
+            "is full (No space left on device). The checkpoints in "
+            f"'{output_dir / 'checkpoints'}' are intact, the last '{output_dir / 'checkpoints' / 'ckpt-10'}': free "
+            "space, then run the same command again; it resumes from there.") in result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(path.name for path in (output_dir / "checkpoints").iterdir()) == [
+        "checkpoint", "ckpt-10.data-00000-of-00001", "ckpt-10.index", "config"]  # The failed save's files gone.
+    assert not (output_dir / "running.json").exists()
+    small_disk(64 * 2**20)  # Space freed.
+    result = run_script("run_mlm.py", *args)
+    assert f"Resuming from {output_dir / 'checkpoints' / 'ckpt-10'}, at step 10" in result.stderr
+    assert json.loads((output_dir / "training_results.json").read_text())["saved_model_step"] == 30
+
+
+def test_a_full_disk_while_saving_a_model_leaves_nothing_half_saved(pretrained_model_dir, small_disk):
+    import export_model
+
+    disk = small_disk(256 * 1024)  # Less than the weights, in tf_model.h5 and pytorch/model.safetensors.
+    output_dir = disk / "model"
+    with pytest.raises(UserError) as error:
+        export_model.main(argparse.Namespace(source=str(pretrained_model_dir), output_dir=str(output_dir),
+                                             overwrite=False))
+    assert str(error.value).startswith(f"no space left to write the model of {str(pretrained_model_dir)}, with its "
+                                       f"PyTorch copy in pytorch/, in '{output_dir}'")
+    assert "nothing half-saved looks complete" in str(error.value)
+    assert list(output_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("error,reason", [
+    (OSError(28, "No space left on device"), "the disk is full (No space left on device)"),
+    (OSError(122, "Disk quota exceeded"), "the disk quota is exceeded (Disk quota exceeded)"),
+    (OSError("Unable to create file (file write failed: errno = 28, error message = 'No space left on device')"),
+     "the disk is full (No space left on device)"),  # h5py's: no errno.
+    (tf.errors.ResourceExhaustedError(None, None, "/m/ckpt-2_temp/part-0; No space left on device [Op:SaveV2]"),
+     "the disk is full (No space left on device)"),
+    (tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[8,128,50265]"), None),
+    (OSError(13, "Permission denied"), None),
+    (UserError("no space left on device: already explained"), None),
+])
+def test_full_disks_are_told_from_other_errors(error, reason):
+    assert utils.out_of_space_reason(error) == reason
+
+
+def test_a_bucket_quota_error_while_writing_shards_to_gs_is_named(tokenizer_dir, bucket_client, monkeypatch):
+    # The emulator has no quota: the error Cloud Storage answers with is injected at the shard write.
+    from google.api_core.exceptions import Forbidden, TooManyRequests
+    from google.cloud.storage import fileio
+
+    import prepare_tfrecord_shards
+
+    def quota_exceeded(self, data):
+        raise Forbidden("POST https://storage.googleapis.com/upload/storage/v1/b/faults/o: The project has "
+                        "exceeded its storage quota (quotaExceeded)")
+
+    monkeypatch.setattr(fileio.BlobWriter, "write", quota_exceeded)
+    output_dir = f"gs://faults/shards-{time.monotonic_ns()}"
+    monkeypatch.setattr(sys, "argv", prepare_argv(tokenizer_dir, output_dir))
+    with pytest.raises(UserError) as error:
+        prepare_tfrecord_shards.main()
+    assert str(error.value).startswith(f"no space left to write the shards in '{output_dir}': the storage quota is "
+                                       "exceeded. Nothing unfinished")
+    prefix = output_dir[len("gs://faults/"):]
+    names = {blob.name[len(prefix) + 1:] for blob in bucket_client.list_blobs("faults", prefix=prefix)}
+    assert "train/INCOMPLETE" in names and "train/manifest.json" not in names
+    # A rate limit is not a full bucket: it passes unchanged.
+    assert not utils.out_of_space_reason(TooManyRequests("rateLimitExceeded: The rate of change requests is too high"))
