@@ -49,11 +49,11 @@ import tf_keras as keras
 from transformers import TFAutoModelForMaskedLM, create_optimizer
 
 from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME,
-                   Manifest, UserError, add_hardware_arguments, check_max_length, check_output_dir, count_hosts,
-                   delete, fraction, gcs_blob, host_addresses, is_gcs_path, load_config, load_tokenizer,
-                   non_negative_float, non_negative_int, out_of_space_named, positive_float, positive_int,
-                   probability, save_folder, save_pytorch_copy, set_up_training, strategy_name,
-                   vocabulary_fingerprint, write_model_card)
+                   Manifest, UserError, add_hardware_arguments, check_checkpoint, check_max_length,
+                   check_output_dir, count_hosts, delete, fraction, gcs_blob, host_addresses, is_gcs_path,
+                   last_checkpoint, load_config, load_tokenizer, non_negative_float, non_negative_int,
+                   out_of_space_named, positive_float, positive_int, probability, save_folder, save_pytorch_copy,
+                   set_up_training, strategy_name, vocabulary_fingerprint, write_model_card)
 
 logger = logging.getLogger("run_mlm")
 
@@ -901,7 +901,7 @@ def check_where_the_run_starts(args, plan, recorded, is_chief):
     if is_chief and saved_at is None:  # A folder with a model this script saved is this script's.
         check_output_dir(args.output_dir, args.overwrite, resumable=(*RUN_STATE, OutputDirLease.NAME),
                          stale=RUN_STATE)
-    latest = None if args.overwrite else tf.train.latest_checkpoint(os.path.join(args.output_dir, "checkpoints"))
+    latest = None if args.overwrite else last_checkpoint(os.path.join(args.output_dir, "checkpoints"))
     step = latest and int(latest.rsplit("-", 1)[1])  # Checkpoints are numbered by their step.
     if latest and recorded.get("global_batch_size", plan.global_batch_size) != plan.global_batch_size:
         raise UserError(
@@ -924,9 +924,11 @@ def restore_last_checkpoint(args, trainer, is_chief):
     """Restores the last checkpoint in --output_dir, if any: weights, optimizer state and step, hence the
     learning-rate schedule. Returns the CheckpointManager that saves the next ones; the other hosts of a
     multi-worker job take part in saving (a collective operation), into a scratch folder."""
-    checkpoint = tf.train.Checkpoint(model=trainer.mlm, optimizer=trainer.optimizer)
     directory = os.path.join(args.output_dir, "checkpoints")
-    latest = None if args.overwrite else tf.train.latest_checkpoint(directory)
+    latest = None if args.overwrite else last_checkpoint(directory)
+    if latest:
+        check_checkpoint(latest, directory)
+    checkpoint = tf.train.Checkpoint(model=trainer.mlm, optimizer=trainer.optimizer)
     if latest:
         checkpoint.restore(latest)
         logger.info("Resuming from %s, at step %d", latest, int(trainer.optimizer.iterations.numpy()))
@@ -1064,7 +1066,7 @@ def out_of_space_in_run(folder, what, checkpoint_dir):
     """utils.out_of_space_named for what a run writes as it goes: its checkpoints stay, and after space is freed,
     the same command resumes from the last one."""
     def then():
-        latest = tf.train.latest_checkpoint(checkpoint_dir)
+        latest = last_checkpoint(checkpoint_dir)
         return (f"The checkpoints in {checkpoint_dir!r} are intact, the last {latest!r}: free space, then run the "
                 "same command again; it resumes from there." if latest else "No checkpoint was saved yet: free "
                 "space, then run the same command again; it starts over.")

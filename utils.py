@@ -657,6 +657,54 @@ print(pipe("{example}"))
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Checkpoints of a run_mlm.py run (run_mlm.py resumes from them, export_model.py exports them)
+
+
+def last_checkpoint(directory):
+    """The last checkpoint that CheckpointManager listed in `directory` (its file "checkpoint") whose files are
+    still there; None for none. Deleting a damaged checkpoint's files so makes the one before it the last, where
+    tf.train.latest_checkpoint would find none, and a run would silently start over."""
+    import tensorflow as tf
+
+    state = tf.train.get_checkpoint_state(directory)
+    paths = list(state.all_model_checkpoint_paths) if state else []
+    return next((path for path in reversed(paths) if tf.io.gfile.exists(path + ".index")), None)
+
+
+def check_checkpoint(path, directory):
+    """Reads every tensor of the checkpoint `path`; if one cannot be read (a file cut short by a full disk or an
+    interrupted copy, a corrupted byte), raises UserError naming it and the last intact checkpoint before it in
+    `directory`. Neither script goes back to an earlier step unasked: the user deletes the damaged files, and the
+    same command takes the one before (see last_checkpoint). Restoring reads lazily (the optimizer's slots only
+    once the first step creates them): a damaged file would otherwise fail deep inside training."""
+    error = checkpoint_read_error(path)
+    if error is None:
+        return
+    import tensorflow as tf
+
+    state = tf.train.get_checkpoint_state(directory)
+    earlier = [other for other in (state.all_model_checkpoint_paths if state else []) if other != path]
+    intact = next((other for other in reversed(earlier)
+                   if tf.io.gfile.exists(other + ".index") and checkpoint_read_error(other) is None), None)
+    from diagnostics import damaged_checkpoint_message
+
+    raise UserError(damaged_checkpoint_message(path, error, intact))
+
+
+def checkpoint_read_error(path):
+    """Why the checkpoint `path` cannot be read whole, or None."""
+    import tensorflow as tf
+
+    try:
+        reader = tf.train.load_checkpoint(path)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except (tf.errors.OpError, IndexError, ValueError) as error:  # IndexError: "Read less bytes than requested".
+        return error
+    return None
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # Hardware (run_mlm.py and run_classification.py)
 
 

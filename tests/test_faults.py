@@ -5,6 +5,7 @@ where it can: no traceback, nothing lost."""
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import run_classification
 import run_mlm
 import utils
 from conftest import MAX_LENGTH
-from helpers import REPO, WIKITEXT, run_script
+from helpers import REPO, WIKITEXT, run_script, unfinished_copy
 from utils import UserError
 
 
@@ -381,3 +382,58 @@ def test_a_bucket_quota_error_while_writing_shards_to_gs_is_named(tokenizer_dir,
     assert "train/INCOMPLETE" in names and "train/manifest.json" not in names
     # A rate limit is not a full bucket: it passes unchanged.
     assert not utils.out_of_space_reason(TooManyRequests("rateLimitExceeded: The rate of change requests is too high"))
+
+
+@pytest.fixture
+def run_with_two_checkpoints(pretrained_model_dir, tmp_path):
+    """An interrupted run with checkpoints at steps 10 and 20 (the one of the finished run, twice)."""
+    run_dir = unfinished_copy(pretrained_model_dir, tmp_path / "run")
+    checkpoints = run_dir / "checkpoints"
+    for path in checkpoints.glob("ckpt-20.*"):
+        shutil.copy(path, checkpoints / path.name.replace("ckpt-20", "ckpt-10"))
+    (checkpoints / "checkpoint").write_text('model_checkpoint_path: "ckpt-20"\nall_model_checkpoint_paths: "ckpt-10"\n'
+                                            'all_model_checkpoint_paths: "ckpt-20"\n')
+    return run_dir
+
+
+@pytest.mark.parametrize("damage", ["cut short", "corrupted"])
+def test_a_damaged_checkpoint_is_named_with_the_intact_one_before_it_which_is_used_once_the_damaged_is_deleted(
+        damage, run_with_two_checkpoints, tmp_path):
+    import export_model
+
+    checkpoints = run_with_two_checkpoints / "checkpoints"
+    data = checkpoints / "ckpt-20.data-00000-of-00001"
+    if damage == "cut short":
+        os.truncate(data, data.stat().st_size // 2)
+    else:
+        with open(data, "r+b") as f:
+            f.seek(data.stat().st_size // 2)
+            f.write(b"\x00" * 64)
+    export = argparse.Namespace(source=str(run_with_two_checkpoints), output_dir=str(tmp_path / "exported"),
+                                overwrite=False)
+    with pytest.raises(UserError) as error:
+        export_model.main(export)
+    message = str(error.value)
+    assert message.startswith(f"the checkpoint {checkpoints / 'ckpt-20'} is damaged: ")
+    assert (f"The checkpoint before it, {checkpoints / 'ckpt-10'}, is intact: to resume or export from it, delete "
+            f"the damaged checkpoint's files (`rm {checkpoints / 'ckpt-20'}.*`), then run the same command again. "
+            "Its steps after 10 are lost") in message
+    assert not (tmp_path / "exported").exists()
+    # run_mlm.py checks the checkpoint it resumes from before restoring it (restoring reads lazily).
+    run_args = argparse.Namespace(output_dir=str(run_with_two_checkpoints), overwrite=False)
+    with pytest.raises(UserError, match=f"the checkpoint {checkpoints / 'ckpt-20'} is damaged"):
+        run_mlm.restore_last_checkpoint(run_args, trainer=None, is_chief=True)
+
+    for path in checkpoints.glob("ckpt-20.*"):  # What the message says to do.
+        path.unlink()
+    assert utils.last_checkpoint(str(checkpoints)) == str(checkpoints / "ckpt-10")
+    export_model.main(export)
+    assert (tmp_path / "exported" / "tf_model.h5").exists()
+
+
+def test_no_intact_checkpoint_says_to_start_over(run_with_two_checkpoints):
+    checkpoints = run_with_two_checkpoints / "checkpoints"
+    for step in (10, 20):
+        os.truncate(checkpoints / f"ckpt-{step}.data-00000-of-00001", 1000)
+    with pytest.raises(UserError, match="No earlier checkpoint is intact: start the run over"):
+        utils.check_checkpoint(str(checkpoints / "ckpt-20"), str(checkpoints))
