@@ -217,11 +217,50 @@ def load_tokenizer(name_or_path):
     return tokenizer.backend_tokenizer, len(tokenizer)
 
 
+# Texts longer than this many characters are tokenized in pieces (see long_text_ids): the encodings of one text
+# take some 100 bytes per character, 1.2 GB for a line of 10 MB, where a piece's take a few MB.
+MAX_PIECE_CHARS = 16 * 1024
+PIECES_PER_CALL = 16  # Tokenized together, on all cores: a few MB of text, as a batch of ordinary lines.
+
+
 def tokenize(tokenizer, texts):
     """The token ids of a batch of texts, concatenated, tokenized on all cores inside 🤗 Tokenizers (without the
-    character offsets of encode_batch, which nothing here uses)."""
-    encodings = tokenizer.encode_batch_fast(texts)
+    character offsets of encode_batch, which nothing here uses). Long texts go in pieces: memory is bounded by the
+    batch, not by the longest line."""
+    ids, short = [], []  # The ids of the texts so far; the short texts since the last long one.
+    for text in texts:
+        if len(text) > MAX_PIECE_CHARS:
+            ids += [encode(tokenizer, short), *long_text_ids(tokenizer, text)]
+            short = []
+        else:
+            short.append(text)
+    return np.concatenate([*ids, encode(tokenizer, short)]) if ids else encode(tokenizer, short)
+
+
+def encode(tokenizer, texts, add_special_tokens=True):
+    encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=add_special_tokens)
     return np.fromiter(itertools.chain.from_iterable(encoding.ids for encoding in encodings), np.int64)
+
+
+def long_text_ids(tokenizer, text):
+    """The token ids of a long text, in arrays, tokenized in pieces of about MAX_PIECE_CHARS characters, each cut just before
+    a space: a piece then begins as a word does after a space, and the pieces give the tokens of the whole text
+    (tests/test_faults.py checks it); a text with no space for MAX_PIECE_CHARS characters is cut there, which may
+    split a word's tokens. The special tokens the tokenizer adds around a text (<s> and </s>) go around the whole."""
+    word = tokenizer.encode("a", add_special_tokens=False).ids
+    wrapped = tokenizer.encode("a").ids
+    start = next(i for i in range(len(wrapped)) if wrapped[i:i + len(word)] == word)
+    prefix, suffix = wrapped[:start], wrapped[start + len(word):]
+    cuts = [0]
+    while len(text) - cuts[-1] > MAX_PIECE_CHARS:
+        space = text.rfind(" ", cuts[-1] + 1, cuts[-1] + MAX_PIECE_CHARS)
+        cuts.append(space if space > 0 else cuts[-1] + MAX_PIECE_CHARS)
+    cuts.append(len(text))
+    pieces = zip(cuts, cuts[1:])  # (begin, end) of each: a piece's text is copied out only when it is tokenized.
+    ids = [np.array(prefix, np.int64)]
+    while group := list(itertools.islice(pieces, PIECES_PER_CALL)):
+        ids.append(encode(tokenizer, [text[begin:end] for begin, end in group], add_special_tokens=False))
+    return [*ids, np.array(suffix, np.int64)]
 
 
 def in_background(items):
