@@ -107,7 +107,8 @@ def parse_args():
                           help="AdamW's decoupled weight decay, never on LayerNorm weights and biases "
                                "(default: %(default)s).")
     warmup = training.add_mutually_exclusive_group()
-    warmup.add_argument("--warmup_steps", type=non_negative_int, help="Steps of linear warmup before the linear decay to 0.")
+    warmup.add_argument("--warmup_steps", type=non_negative_int,
+                        help="Steps of linear warmup before the linear decay to 0.")
     warmup.add_argument("--warmup_ratio", type=fraction, default=0.05,
                         help="Warmup as a fraction of all steps (default: %(default)s).")
     length = training.add_mutually_exclusive_group()
@@ -1139,8 +1140,8 @@ only those whose input was `<mask>`, for the model and for a table of the traini
         save_pytorch_copy(mlm, tokenizer, folder)
         write_model_card(folder, args.output_dir, "fill-mask", "The capital of France is <mask>.", description)
 
-    save_folder(args.output_dir, write, "Model, tokenizer and model card", args.hub_model_id,
-                f"Pre-trained for {step} steps", ignore_patterns=["checkpoints/*", OutputDirLease.NAME])  # Logs are welcome on the Hub.
+    save_folder(args.output_dir, write, "Model, tokenizer and model card", args.hub_model_id,  # Logs go to the Hub.
+                f"Pre-trained for {step} steps", ignore_patterns=["checkpoints/*", OutputDirLease.NAME])
     results.record(saved_model_step=step)
 
 
