@@ -523,6 +523,70 @@ def save_pytorch_copy(model, tokenizer, folder):
     save_file(tensors, os.path.join(pytorch_dir, "model.safetensors"), metadata={"format": "pt"})
 
 
+def load_pretrained_model(model_class, name_or_path, flag, config, new_head=False):
+    """`model_class` (a 🤗 TF…For… class) of `config`, with the weights of a local or gs:// model folder or a Hub
+    id, named by the option `flag`: TensorFlow's (tf_model.h5) as from_pretrained loads them, else PyTorch's
+    (model.safetensors, in one file or sharded with an index): this pipeline's PyTorch copies, most Hub models.
+    With `new_head`, the head may be missing from the weights (a classifier made from a masked LM); the encoder
+    never."""
+    from transformers.utils import cached_file
+
+    local_path = local_copy(name_or_path)
+    find = functools.partial(cached_file, local_path, _raise_exceptions_for_missing_entries=False,
+                             _raise_exceptions_for_connection_errors=False)
+    if find("tf_model.h5") or find("tf_model.h5.index.json"):
+        # Not use_safetensors: a model.safetensors beside tf_model.h5 (on the Hub) would take precedence, and fail.
+        return model_class.from_pretrained(local_path, config=config, use_safetensors=False)
+    index = find("model.safetensors.index.json")
+    single = None if index else find("model.safetensors")
+    if not index and not single:
+        raise UserError(f"{name_or_path!r} ({flag}) holds no weights that TensorFlow can load: no tf_model.h5 and no "
+                        "model.safetensors (or model.safetensors.index.json). Pass a folder saved by this pipeline, "
+                        "or a model whose weights are in safetensors (PyTorch's pytorch_model.bin needs PyTorch: "
+                        "convert it with Transformers and PyTorch, `save_pretrained(folder)`).")
+    if index:
+        from transformers.utils.hub import get_checkpoint_shard_files
+
+        files = get_checkpoint_shard_files(local_path, index)[0]
+    model = model_class.from_config(config)
+    model.build_in_name_scope()
+    load_pytorch_weights(model, files if index else [single], name_or_path, new_head)
+    return model
+
+
+def load_pytorch_weights(model, files, name_or_path, new_head=False):
+    """Loads PyTorch-format safetensors `files` into the built TF `model`, by 🤗 Transformers' own PyTorch-to-TF
+    name mapping and transposes, refusing weights that are missing or of another shape. Transformers 4.57's
+    from_pretrained hands these files to that loader as open archives, which it iterates as dicts (TypeError:
+    'builtins.safe_open' object is not iterable); given numpy arrays, it loads them unchanged, without PyTorch."""
+    import tensorflow as tf
+    from safetensors.numpy import load_file
+    from transformers.modeling_tf_pytorch_utils import load_pytorch_state_dict_in_tf2_model
+
+    state_dict = {}
+    for file in files:
+        state_dict.update(load_file(file))
+    problem = f"the PyTorch weights of {name_or_path!r} do not fit a {type(model).__name__} of their config"
+    advice = "Pass a model folder of this architecture, with its head (config.json's \"architectures\")."
+    try:
+        _, info = load_pytorch_state_dict_in_tf2_model(
+            model, state_dict, tf_inputs=False, allow_missing_keys=True, output_loading_info=True,
+            skip_logger_warnings=True, tf_to_pt_weight_rename=getattr(model, "tf_to_pt_weight_rename", None))
+    except (ValueError, tf.errors.InvalidArgumentError) as err:  # A weight's shape; the message gives both.
+        raise UserError(f"{problem}: a weight has another shape ({err}). {advice}") from err
+    prefix = model.base_model_prefix + "."
+    missing = [name for name in info["missing_keys"] if not new_head or name.startswith(prefix)]
+    if missing:
+        raise UserError(f"{problem}: {len(missing)} weights are missing ({', '.join(missing[:5])}"
+                        f"{', ...' if len(missing) > 5 else ''}). {advice}")
+    if info["unexpected_keys"]:
+        logger.warning("Weights of %s that a %s does not use, left out: %s", name_or_path, type(model).__name__,
+                       ", ".join(sorted(info["unexpected_keys"])[:10]))
+    if new_head and info["missing_keys"]:
+        logger.info("A new %s head, from random weights: %s", type(model).__name__,
+                    ", ".join(info["missing_keys"]))
+
+
 def write_model_card(folder, output_dir, task, example, description):
     """README.md in `folder`, for the Hub: the model's name (the last part of `output_dir`), `description`, and how
     to run it in the `task` pipeline on `example`, with PyTorch and with TensorFlow."""
