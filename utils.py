@@ -458,9 +458,9 @@ def load_config(name_or_path, flag, advice):
 MODELS_WITH_POSITION_OFFSET = ("roberta", "xlm-roberta", "camembert", "roberta-prelayernorm")
 
 
-def check_max_length(config, max_length, can_override=False):
+def check_max_length(config, max_length, can_override=False, weights_from=None):
     """Stops when samples of `max_length` tokens need more position embeddings than `config` has; `can_override`:
-    the script has --config_overrides."""
+    the script has --config_overrides; `weights_from`: the model whose weights fix their number."""
     offset = config.pad_token_id + 1 if config.model_type in MODELS_WITH_POSITION_OFFSET else 0
     needed = max_length + offset
     if needed > config.max_position_embeddings:
@@ -468,7 +468,10 @@ def check_max_length(config, max_length, can_override=False):
             f"error: --max_length {max_length} needs {needed} position embeddings, but the model has "
             f"max_position_embeddings={config.max_position_embeddings}, enough for "
             f"{config.max_position_embeddings - offset} tokens. Lower --max_length"
-            + (f", or add max_position_embeddings={needed} to --config_overrides." if can_override else "."))
+            + (f": the position embeddings of {weights_from!r} are weights, which cannot grow. For a longer second "
+               f"phase, build the model with them from the start (--config_overrides "
+               f"max_position_embeddings={needed} in the first phase)." if weights_from else
+               f", or add max_position_embeddings={needed} to --config_overrides." if can_override else "."))
 
 
 def save_folder(output_dir, write, description, hub_model_id=None, commit_message=None, ignore_patterns=None):
