@@ -153,3 +153,28 @@ def test_transformers_5_pytorch_folder_loads_with_pytorchs_logits(tmp_path):
     model = load_pretrained_model(TFAutoModelForMaskedLM, str(tmp_path), "--model_name_or_path",
                                   AutoConfig.from_pretrained(tmp_path))
     np.testing.assert_allclose(model(INPUTS).logits.numpy(), json.loads(result.stdout), atol=1e-5)
+
+
+def test_the_scripts_take_the_pytorch_copy_of_a_model_folder(pretrained_model_dir, tmp_path):
+    import transformers
+
+    import run_classification
+    from helpers import run_script
+    from test_export_model import assert_same_weights
+
+    pytorch_dir = pretrained_model_dir / "pytorch"
+    masked_lm = transformers.TFAutoModelForMaskedLM.from_pretrained(pretrained_model_dir)
+    args = run_classification.parse_args(["--model_name_or_path", str(pytorch_dir), "--train_file", "unused.csv"])
+    tokenizer = transformers.AutoTokenizer.from_pretrained(pytorch_dir)
+    classifier = run_classification.build_model(
+        args, run_classification.classification_config(args, ["a", "b"], tokenizer))
+    encoder = {weight.name.split("/", 1)[1]: weight.numpy() for weight in masked_lm.roberta.weights}
+    assert len(classifier.roberta.weights) == len(encoder)
+    assert all(np.array_equal(weight.numpy(), encoder[weight.name.split("/", 1)[1]])
+               for weight in classifier.roberta.weights)
+
+    # export_model.py makes a complete model folder of it: TensorFlow's weights, the PyTorch copy in pytorch/ only.
+    run_script("export_model.py", pytorch_dir, "--output_dir", tmp_path / "exported")
+    assert (tmp_path / "exported" / "tf_model.h5").exists()
+    assert not (tmp_path / "exported" / "model.safetensors").exists()
+    assert_same_weights(tmp_path / "exported", pretrained_model_dir)
