@@ -96,7 +96,7 @@ def test_what_would_not_continue_the_model_is_refused(phase_1_dir, tokenizer_dir
                                         r"--model_name_or_path .* has hidden_size=32 in its weights: starting from "
                                         r"a model, only dropout may change"):
         model_config(model_config_args(phase_1_dir, config_overrides="hidden_size=64"), tokenizer)
-    with pytest.raises(SystemExit, match=rf"--max_length 80 needs 82 position embeddings, but the model has "
+    with pytest.raises(UserError, match=rf"--max_length 80 needs 82 position embeddings, but the model has "
                                          rf"max_position_embeddings={MAX_LENGTH + 2}.*cannot grow. For a longer "
                                          r"second phase, build the model with them from the start "
                                          r"\(--config_overrides max_position_embeddings=82 in the first phase\)"):
