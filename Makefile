@@ -15,7 +15,7 @@ OUT ?= demo-output
 # of the Hub's copy.
 BANKING77 ?=
 
-.PHONY: demo test test-pytorch smoke clean install-tpu check-tpu lock
+.PHONY: demo test test-fast test-pytorch smoke clean install-tpu check-tpu lock
 
 # Only when the lock is missing: a Python the README does not name.
 locks/%:
@@ -95,6 +95,10 @@ endif
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest tests
+
+# The quick subset, for after every change (a few minutes on 2 cores): the tests marked `fast` (pytest.ini).
+test-fast: $(VENV)/.installed-test
+	$(BIN)/python -m pytest tests -m fast
 
 # The saved models loaded where users take them: 🤗 Transformers 5 with PyTorch, no TensorFlow, in an environment of
 # its own (on Linux, PyPI's torch brings CUDA libraries; PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu

@@ -101,7 +101,10 @@ def write_part_on_beam_worker(numbered_part, split_dir, args):
     # process per core already (Dataflow: one per vCPU), and more threads would only compete for the cores.
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
     tokenizer, vocab_size = load_tokenizer_once(args.tokenizer_name_or_path)
-    batches = batches_of_texts(part_texts(part, args.text_column), args.batch_size)
+    path, start, _ = part[0]  # A part is one file's bytes from `start` (see beam_parts).
+    batches = batches_of_texts(part_texts(part, args.text_column), args.batch_size,
+                               f"the {args.text_column!r} field of record {{}} of {path!r} from byte {start} (blank "
+                               "lines not counted)")
     written = write_part(number, batches, tokenizer, vocab_size, split_dir, args,
                          progress=lambda num_texts, num_samples: None)
     token_counts = written.pop("token_counts")

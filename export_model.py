@@ -25,8 +25,8 @@ import tensorflow as tf
 import transformers
 from transformers import TFAutoModelForMaskedLM
 
-from utils import (PYTORCH_SUBFOLDER, UserError, check_gcs_path, check_output_dir, load_config,
-                   load_pretrained_model, load_tokenizer, local_copy, save_folder, save_pytorch_copy)
+from utils import (PYTORCH_SUBFOLDER, UserError, check_checkpoint, check_gcs_path, check_output_dir, last_checkpoint,
+                   load_config, load_pretrained_model, load_tokenizer, local_copy, save_folder, save_pytorch_copy)
 
 logger = logging.getLogger("export_model")
 
@@ -92,7 +92,7 @@ def from_last_checkpoint(source):
     # SOURCE is the run's --output_dir, or its checkpoints folder (which holds the index file "checkpoint").
     is_checkpoint_dir = tf.io.gfile.exists(os.path.join(source, "checkpoint"))
     checkpoint_dir = source if is_checkpoint_dir else os.path.join(source, "checkpoints")
-    checkpoint = tf.train.latest_checkpoint(checkpoint_dir)
+    checkpoint = last_checkpoint(checkpoint_dir)
     if checkpoint is None:
         raise UserError(f"{source!r} is neither a model folder (it has no tf_model.h5) nor the --output_dir "
                         "of a run_mlm.py run with a checkpoint (it has no checkpoints/checkpoint). Pass a folder "
@@ -104,6 +104,7 @@ def from_last_checkpoint(source):
                         f"to ({config_dir}), which run_mlm.py saves when a run starts or resumes. Run the same "
                         "run_mlm.py command again: it resumes from the last checkpoint and saves them; then stop it "
                         "(Ctrl-C) or let it finish.")
+    check_checkpoint(checkpoint, checkpoint_dir)
     tokenizer = load_tokenizer(config_dir, "SOURCE", PASS_A_MODEL_FOLDER)
     model = TFAutoModelForMaskedLM.from_config(load_config(config_dir, "SOURCE", PASS_A_MODEL_FOLDER))
     model.build_in_name_scope()

@@ -50,8 +50,8 @@ from tqdm import tqdm
 
 from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, SHARD_NAME, TOKEN_COUNTS_NAME, Manifest,
                    UserError, add_corpus_arguments, check_gcs_path, check_output_dir, data_files_format, delete,
-                   exists, file_size, is_gcs_path, iter_text_file_batches, local_copy, open_file, positive_int,
-                   rename, text_batches, vocabulary_fingerprint)
+                   exists, file_size, is_gcs_path, iter_text_file_batches, local_copy, open_file, out_of_space_named,
+                   positive_int, rename, text_batches, vocabulary_fingerprint)
 from utils import load_tokenizer as load_auto_tokenizer
 
 logger = logging.getLogger("prepare_tfrecord_shards")
@@ -62,6 +62,12 @@ MIN_BYTES_PER_WORKER = 16 * 2**20
 # With --runner, a file is cut into parts of at most this size: minutes of work for a core, long beside a
 # worker's start, short enough that a large corpus spreads over many workers.
 DEFAULT_PART_SIZE_MB = 256
+
+
+OUT_OF_SPACE_ADVICE = (f"Nothing unfinished looks complete: a split not written to the end keeps its "
+                       f"{INCOMPLETE_MARKER_NAME} marker and has no {MANIFEST_NAME}, and run_mlm.py refuses it. Free "
+                       "space (--overwrite deletes the partial shards first), or choose an --output_dir with more "
+                       "room, then run the same command again with --overwrite.")
 
 
 def parse_args():
@@ -115,8 +121,7 @@ def parse_args():
     return args
 
 
-def main():
-    args = parse_args()
+def main(args):
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     start = time.perf_counter()
     data_files = {split: getattr(args, f"{split}_file") for split in ("train", "validation", "test")
@@ -125,15 +130,16 @@ def main():
         check_gcs_path(path)
     check_gcs_path(args.output_dir, write=True)
     check_output_dir(args.output_dir, args.overwrite)
-    if args.runner:
-        if not data_files:
-            raise UserError("with --runner, pass input files (--train_file, --validation_file, --test_file; "
-                            "globs allowed): the Beam pipeline does not read Hub datasets.")
-        from beam_pipeline import run_beam_pipeline  # Only here: Beam is installed for --runner alone.
+    if args.runner and not data_files:
+        raise UserError("with --runner, pass input files (--train_file, --validation_file, --test_file; "
+                        "globs allowed): the Beam pipeline does not read Hub datasets.")
+    with out_of_space_named(args.output_dir, "the shards", OUT_OF_SPACE_ADVICE):
+        if args.runner:
+            from beam_pipeline import run_beam_pipeline  # Only here: Beam is installed for --runner alone.
 
-        manifests = run_beam_pipeline(data_files, args)
-    else:
-        manifests = write_splits_here(data_files, args)
+            manifests = run_beam_pipeline(data_files, args)
+        else:
+            manifests = write_splits_here(data_files, args)
 
     seconds, num_tokens = time.perf_counter() - start, sum(m.num_tokens for m in manifests)
     for m in manifests:
@@ -210,11 +216,50 @@ def load_tokenizer(name_or_path):
     return tokenizer.backend_tokenizer, len(tokenizer)
 
 
+# Texts longer than this many characters are tokenized in pieces (see long_text_ids): the encodings of one text
+# take some 100 bytes per character, 1.2 GB for a line of 10 MB, where a piece's take a few MB.
+MAX_PIECE_CHARS = 16 * 1024
+PIECES_PER_CALL = 16  # Tokenized together, on all cores: a few MB of text, as a batch of ordinary lines.
+
+
 def tokenize(tokenizer, texts):
     """The token ids of a batch of texts, concatenated, tokenized on all cores inside 🤗 Tokenizers (without the
-    character offsets of encode_batch, which nothing here uses)."""
-    encodings = tokenizer.encode_batch_fast(texts)
+    character offsets of encode_batch, which nothing here uses). Long texts go in pieces: memory is bounded by the
+    batch, not by the longest line."""
+    ids, short = [], []  # The ids of the texts so far; the short texts since the last long one.
+    for text in texts:
+        if len(text) > MAX_PIECE_CHARS:
+            ids += [encode(tokenizer, short), *long_text_ids(tokenizer, text)]
+            short = []
+        else:
+            short.append(text)
+    return np.concatenate([*ids, encode(tokenizer, short)]) if ids else encode(tokenizer, short)
+
+
+def encode(tokenizer, texts, add_special_tokens=True):
+    encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=add_special_tokens)
     return np.fromiter(itertools.chain.from_iterable(encoding.ids for encoding in encodings), np.int64)
+
+
+def long_text_ids(tokenizer, text):
+    """The token ids of a long text, in arrays, tokenized in pieces of about MAX_PIECE_CHARS characters, each cut just before
+    a space: a piece then begins as a word does after a space, and the pieces give the tokens of the whole text
+    (tests/test_faults.py checks it); a text with no space for MAX_PIECE_CHARS characters is cut there, which may
+    split a word's tokens. The special tokens the tokenizer adds around a text (<s> and </s>) go around the whole."""
+    word = tokenizer.encode("a", add_special_tokens=False).ids
+    wrapped = tokenizer.encode("a").ids
+    start = next(i for i in range(len(wrapped)) if wrapped[i:i + len(word)] == word)
+    prefix, suffix = wrapped[:start], wrapped[start + len(word):]
+    cuts = [0]
+    while len(text) - cuts[-1] > MAX_PIECE_CHARS:
+        space = text.rfind(" ", cuts[-1] + 1, cuts[-1] + MAX_PIECE_CHARS)
+        cuts.append(space if space > 0 else cuts[-1] + MAX_PIECE_CHARS)
+    cuts.append(len(text))
+    pieces = zip(cuts, cuts[1:])  # (begin, end) of each: a piece's text is copied out only when it is tokenized.
+    ids = [np.array(prefix, np.int64)]
+    while group := list(itertools.islice(pieces, PIECES_PER_CALL)):
+        ids.append(encode(tokenizer, [text[begin:end] for begin, end in group], add_special_tokens=False))
+    return [*ids, np.array(suffix, np.int64)]
 
 
 def in_background(items):
@@ -509,6 +554,6 @@ def write_text_part(part, files, tokenizer, vocab_size, split_dir, args):
 
 if __name__ == "__main__":
     try:
-        main()
+        main(parse_args())
     except UserError as err:  # Bad input: its message alone, without a traceback.
         sys.exit(f"error: {err}")

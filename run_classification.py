@@ -34,7 +34,8 @@ from transformers import TFAutoModelForSequenceClassification, create_optimizer
 
 from utils import (UserError, add_hardware_arguments, check_max_length, check_output_dir, count_hosts,
                    data_files_format, fraction, load_config, load_pretrained_model, load_tokenizer, local_copy,
-                   positive_int, save_folder, save_pytorch_copy, set_up_training, strategy_name, write_model_card)
+                   non_negative_float, positive_float, positive_int, save_folder, save_pytorch_copy, set_up_training,
+                   strategy_name, write_model_card)
 
 logger = logging.getLogger("run_classification")
 
@@ -85,10 +86,10 @@ def parse_args(argv=None):
     training = parser.add_argument_group("training")
     training.add_argument("--per_replica_batch_size", type=positive_int, default=32,
                           help="Examples per replica and step (default: %(default)s).")
-    training.add_argument("--learning_rate", type=float, default=5e-5,
+    training.add_argument("--learning_rate", type=positive_float, default=5e-5,
                           help="Peak learning rate (default: %(default)s, for base-size models; small ones such as "
                                "the demo's learn faster at about 1e-3).")
-    training.add_argument("--weight_decay_rate", type=float, default=0.01,
+    training.add_argument("--weight_decay_rate", type=non_negative_float, default=0.01,
                           help="AdamW's decoupled weight decay, never on LayerNorm weights and biases "
                                "(default: %(default)s).")
     training.add_argument("--warmup_ratio", type=fraction, default=0.1,

@@ -26,6 +26,7 @@ Example (a small model on a CPU):
 """
 
 import argparse
+import atexit
 import contextlib
 import dataclasses
 import hashlib
@@ -34,9 +35,12 @@ import logging
 import math
 import os
 import signal
+import socket
 import sys
 import tempfile
+import threading
 import time
+import uuid
 
 import numpy as np
 import tensorflow as tf
@@ -46,10 +50,11 @@ import tf_keras as keras
 from transformers import TFAutoModelForMaskedLM, create_optimizer
 
 from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME,
-                   Manifest, UserError, add_hardware_arguments, check_max_length, check_output_dir, count_hosts,
-                   fraction, host_addresses, is_gcs_path, load_config, load_pretrained_model, load_tokenizer,
-                   local_copy, positive_int, save_folder, save_pytorch_copy, set_up_training, strategy_name,
-                   vocabulary_fingerprint, write_model_card)
+                   Manifest, UserError, add_hardware_arguments, check_checkpoint, check_max_length,
+                   check_output_dir, count_hosts, delete, fraction, gcs_blob, host_addresses, is_gcs_path,
+                   last_checkpoint, load_config, load_pretrained_model, load_tokenizer, local_copy, non_negative_float,
+                   non_negative_int, out_of_space_named, positive_float, positive_int, probability, save_folder,
+                   save_pytorch_copy, set_up_training, strategy_name, vocabulary_fingerprint, write_model_card)
 
 logger = logging.getLogger("run_mlm")
 
@@ -70,9 +75,9 @@ def parse_args():
     data.add_argument("--shuffle_buffer_size", type=positive_int, default=10_000,
                       help="Samples in the shuffle buffer: more mixes better, in more host memory "
                            "(default: %(default)s).")
-    data.add_argument("--mlm_probability", type=float, default=0.15,
+    data.add_argument("--mlm_probability", type=probability, default=0.15,
                       help="Fraction of the non-special tokens to mask (default: %(default)s).")
-    data.add_argument("--max_predictions_per_seq", type=int,
+    data.add_argument("--max_predictions_per_seq", type=non_negative_int,
                       help="Masked positions per sequence at most, where the LM head computes logits (0: at every "
                            "position). Default: the expected number plus a margin, 32 for 0.15 x 128.")
 
@@ -88,7 +93,7 @@ def parse_args():
                        help="Continue pre-training this model instead: a folder saved by this pipeline or "
                             "save_pretrained (TensorFlow or PyTorch safetensors weights, local or gs://), or a Hub "
                             "model id. A fresh optimizer and schedule; the shards must use its tokenizer.")
-    model.add_argument("--config_overrides",
+    model.add_argument("--config_overrides", type=config_overrides,
                        help="Changes to the config, e.g. hidden_size=256,num_hidden_layers=4,num_attention_heads=4 "
                             "(with --model_name_or_path, dropout only).")
     model.add_argument("--output_bias", choices=["frequencies", "zeros"], default="frequencies",
@@ -103,13 +108,13 @@ def parse_args():
     training.add_argument("--gradient_accumulation_steps", type=positive_int, default=1,
                           help="Micro-batches per step, their gradients added up: a larger batch in the same "
                                "memory (default: %(default)s).")
-    training.add_argument("--learning_rate", type=float, default=1e-4,
+    training.add_argument("--learning_rate", type=positive_float, default=1e-4,
                           help="AdamW's peak learning rate (default: %(default)s).")
-    training.add_argument("--weight_decay_rate", type=float, default=1e-3,
+    training.add_argument("--weight_decay_rate", type=non_negative_float, default=1e-3,
                           help="AdamW's decoupled weight decay, never on LayerNorm weights and biases "
                                "(default: %(default)s).")
     warmup = training.add_mutually_exclusive_group()
-    warmup.add_argument("--warmup_steps", type=int, help="Steps of linear warmup before the linear decay to 0.")
+    warmup.add_argument("--warmup_steps", type=non_negative_int, help="Steps of linear warmup before the linear decay to 0.")
     warmup.add_argument("--warmup_ratio", type=fraction, default=0.05,
                         help="Warmup as a fraction of all steps (default: %(default)s).")
     length = training.add_mutually_exclusive_group()
@@ -137,12 +142,11 @@ def parse_args():
                      "too few tokens to mask, with too little context. Write shards of 128 tokens, or at least "
                      f"{MIN_MAX_LENGTH}, with prepare_tfrecord_shards.py.")
     args.tokenizer = args.tokenizer or args.model_name_or_path or "unigram-tokenizer"
-    if args.max_predictions_per_seq is None:
+    if args.max_predictions_per_seq is None:  # After the types checked --mlm_probability: a rate in (0, 1).
         args.max_predictions_per_seq = default_max_predictions(args.mlm_probability, args.max_length)
-    if not (0 < args.mlm_probability < 1 and (args.warmup_steps or 0) >= 0
-            and 0 <= args.max_predictions_per_seq <= args.max_length):
-        parser.error("--mlm_probability must be in (0, 1), --warmup_steps 0 or more, and --max_predictions_per_seq "
-                     "from 0 to --max_length.")
+    if args.max_predictions_per_seq > args.max_length:
+        parser.error(f"--max_predictions_per_seq must be from 0 to --max_length ({args.max_length}), got "
+                     f"{args.max_predictions_per_seq}.")
     return args
 
 
@@ -152,6 +156,8 @@ def main(args):
         args, input_paths=(args.train_dataset, args.eval_dataset, args.tokenizer, args.pretrained_model_config,
                            args.model_name_or_path))
     is_chief = strategy.extended.should_checkpoint  # Only the chief writes into --output_dir.
+    if is_chief:
+        OutputDirLease(args.output_dir).hold()  # At once: a second run into this folder stops here.
 
     # The data and the config, checked before anything is built: mistakes cost seconds, not minutes.
     tokenizer = load_tokenizer(args.tokenizer, "--tokenizer")
@@ -612,6 +618,19 @@ def distributed_datasets(args, strategy, plan, tokenizer, train_files, eval_file
 # The model and how long it trains
 
 
+def config_overrides(text):
+    """An argparse type: --config_overrides as given ("name=value,..."), its rates and sizes checked here; the names
+    and the other values are checked once the config is loaded (model_config). A dropout rate of 1 or more, or a
+    size of 0, would train a model that cannot learn, or fail deep in Keras."""
+    for name, _, value in (pair.partition("=") for pair in text.split(",")):
+        if "dropout" in name and value != "None" and not 0 <= float(value) < 1:
+            raise argparse.ArgumentTypeError(f"{name} is a dropout rate: it must be in [0, 1), got {value}")
+        if (name.endswith("_size") or name.startswith("num_") or name == "max_position_embeddings") \
+                and not int(value) > 0:
+            raise argparse.ArgumentTypeError(f"{name} must be a positive number, got {value}")
+    return text
+
+
 def model_config(args, tokenizer):
     """The model config: --pretrained_model_config, --config_overrides, and the tokenizer's vocabulary and ids; or
     that of --model_name_or_path, whose weights fix every shape: dropout overrides only, and its own tokenizer."""
@@ -768,6 +787,169 @@ def fit_calls(start_step, total_steps, round_steps):
 RUN_STATE = ("checkpoints", "logs", "training_results.json")
 
 
+class OutputDirLease:
+    """One run at a time per --output_dir: {output_dir}/running.json names the run that writes there (host, process,
+    start) and when it last renewed its claim. The chief holds it (the other hosts of a multi-host run write only
+    to scratch folders), renews it every RENEW_SECONDS from a thread, and deletes it when its process exits.
+
+    A run killed with SIGKILL, or on a lost VM, cannot delete it. A later run takes over when the holder is gone:
+    on the holder's host, once its process no longer lives; elsewhere (a gs:// folder, or a local one shared across
+    hosts), once the claim has not been renewed for LEASE_SECONDS. Deleting the file takes over at once. Claims are
+    atomic (a file created only if absent, a rename; in a bucket, a write conditional on the object's generation):
+    of two runs that start together, one wins."""
+
+    NAME = "running.json"
+    LEASE_SECONDS = 600  # Ten missed renewals: a slow bucket or a long pause is not taken for a lost VM.
+    RENEW_SECONDS = 60
+
+    def __init__(self, output_dir):
+        self.output_dir, self.path = output_dir, os.path.join(output_dir, self.NAME)
+        self.claim = {"host": socket.gethostname(), "pid": os.getpid(), "process_start": process_start(os.getpid()),
+                      "started": time.time(), "renewed": time.time(), "run": uuid.uuid4().hex}
+        self.generation = None  # In a bucket: the object's generation, as this run last wrote it.
+        self.stopped = threading.Event()
+
+    def hold(self):
+        """Claims the folder, or raises UserError naming the run that holds it; released when the process exits."""
+        holder, generation = self.read()
+        if holder is not None and self.holder_is_running(holder):
+            raise UserError(self.held_message(holder))
+        if holder is not None:
+            logger.warning("%s names a run that ended without releasing it (%s): this run takes over.", self.path,
+                           describe_run(holder))
+        if not self.claim_folder(holder is not None, generation):
+            raise UserError(self.held_message(self.read()[0] or {}))  # Another run claimed it first.
+        atexit.register(self.release)
+        threading.Thread(target=self.renew_until_stopped, daemon=True, name="output-dir-lease").start()
+
+    def holder_is_running(self, holder):
+        if holder.get("host") == self.claim["host"]:
+            started = process_start(holder.get("pid"))
+            if started is not None:  # /proc says whether its process lives, and whether it is the same one.
+                return started == holder.get("process_start")
+        return time.time() - holder.get("renewed", 0) < self.LEASE_SECONDS
+
+    def held_message(self, holder):
+        here = holder.get("host") == self.claim["host"]
+        return (f"another run is writing into --output_dir {self.output_dir!r}: {describe_run(holder)}. Two runs "
+                "in one folder would overwrite each other's checkpoints and model. Wait for it to end, or stop it "
+                f"(Ctrl-C, or `kill {holder.get('pid')}` on host {holder.get('host')}: it saves a checkpoint, and "
+                "the same command resumes from it), or choose another --output_dir."
+                + ("" if here else " If that run is gone (its VM lost), a new run takes over once its claim expires, "
+                   f"at {utc(holder.get('renewed', 0) + self.LEASE_SECONDS)} ({self.LEASE_SECONDS // 60} minutes "
+                   f"after it was last renewed), or at once if you delete {self.path}."))
+
+    def read(self):
+        """(the claim in the folder, its generation in a bucket), or (None, None) when there is none; {} for a file
+        that is not a claim (cut short by a full disk, say), which names no run and has expired."""
+        if is_gcs_path(self.path):
+            blob = gcs_blob(self.path)
+            from google.api_core.exceptions import NotFound
+
+            try:
+                blob.reload()  # Its generation, then the bytes of that generation.
+                data = blob.download_as_bytes(if_generation_match=blob.generation)
+            except NotFound:
+                return None, None
+            generation = blob.generation
+        else:
+            try:
+                with open(self.path, "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                return None, None
+            generation = None
+        try:
+            claim = json.loads(data)
+        except ValueError:
+            claim = None
+        return claim if isinstance(claim, dict) else {}, generation
+
+    def claim_folder(self, replacing, generation):
+        """Writes this run's claim where there was none, or over the ended run's; False if another run won."""
+        data = json.dumps(self.claim, indent=2).encode()
+        if is_gcs_path(self.path):
+            return self.write_to_bucket(data, expected_generation=generation or 0)  # 0: only if there is none.
+        os.makedirs(self.output_dir, exist_ok=True)
+        if replacing:  # A rename is atomic: of two runs taking over, one moves the ended run's claim away.
+            try:
+                os.rename(self.path, f"{self.path}.{self.claim['run']}")
+            except FileNotFoundError:
+                return False
+            os.remove(f"{self.path}.{self.claim['run']}")
+        try:
+            with open(self.path, "xb") as f:  # Only if there is none.
+                f.write(data)
+        except FileExistsError:
+            return False
+        return True
+
+    def write_to_bucket(self, data, expected_generation):
+        from google.api_core.exceptions import PreconditionFailed
+
+        blob = gcs_blob(self.path)
+        try:
+            blob.upload_from_string(data, if_generation_match=expected_generation)
+        except PreconditionFailed:
+            return False
+        self.generation = blob.generation
+        return True
+
+    def renew(self):
+        """Writes the claim again with the time now; False when another run has taken the folder over."""
+        self.claim["renewed"] = time.time()
+        data = json.dumps(self.claim, indent=2).encode()
+        if is_gcs_path(self.path):
+            return self.write_to_bucket(data, expected_generation=self.generation)
+        if (self.read()[0] or {}).get("run") != self.claim["run"]:
+            return False
+        try:
+            with open(f"{self.path}.tmp", "wb") as f:
+                f.write(data)
+            os.replace(f"{self.path}.tmp", self.path)
+        except OSError:  # A full disk: no stray file left beside the claim.
+            with contextlib.suppress(OSError):
+                os.remove(f"{self.path}.tmp")
+            raise
+        return True
+
+    def renew_until_stopped(self):
+        while not self.stopped.wait(self.RENEW_SECONDS):
+            try:
+                if not self.renew():
+                    logger.error("Another run has taken over %s: two runs now write into %s. Stop one of them.",
+                                 self.path, self.output_dir)
+                    return
+            except Exception as err:  # One failed renewal (a full disk, the network) must not end the run.
+                logger.warning("Could not renew %s: %s", self.path, err)
+
+    def release(self):
+        self.stopped.set()
+        if (self.read()[0] or {}).get("run") == self.claim["run"]:  # Never another run's claim.
+            delete(self.path)
+
+
+def describe_run(claim):
+    return (f"process {claim.get('pid', '?')} on host {claim.get('host', '?')}, started "
+            f"{utc(claim.get('started', 0))}, its claim last renewed {utc(claim.get('renewed', 0))}")
+
+
+def process_start(pid):
+    """When the process `pid` started, in clock ticks since boot (so that a new process given the same id is not
+    taken for it); "gone" when there is no such process; None where /proc cannot say."""
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]  # Field 22; the name before ")" may hold spaces.
+    except FileNotFoundError:
+        return "gone"
+    except (OSError, TypeError, ValueError, IndexError):
+        return None
+
+
+def utc(seconds):
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+
+
 def check_where_the_run_starts(args, plan, recorded, is_chief):
     """False when an earlier run of this command (`recorded`: its results) trained `plan.total_steps` and saved its
     model: nothing left to do. Else refuses an --output_dir that holds something other than a run to resume (with
@@ -780,8 +962,9 @@ def check_where_the_run_starts(args, plan, recorded, is_chief):
                     f" (this command asks for {plan.total_steps})" if saved_at > plan.total_steps else "")
         return False
     if is_chief and saved_at is None:  # A folder with a model this script saved is this script's.
-        check_output_dir(args.output_dir, args.overwrite, resumable=RUN_STATE, stale=RUN_STATE)
-    latest = None if args.overwrite else tf.train.latest_checkpoint(os.path.join(args.output_dir, "checkpoints"))
+        check_output_dir(args.output_dir, args.overwrite, resumable=(*RUN_STATE, OutputDirLease.NAME),
+                         stale=RUN_STATE)
+    latest = None if args.overwrite else last_checkpoint(os.path.join(args.output_dir, "checkpoints"))
     step = latest and int(latest.rsplit("-", 1)[1])  # Checkpoints are numbered by their step.
     if latest and recorded.get("global_batch_size", plan.global_batch_size) != plan.global_batch_size:
         raise UserError(
@@ -804,9 +987,11 @@ def restore_last_checkpoint(args, trainer, is_chief):
     """Restores the last checkpoint in --output_dir, if any: weights, optimizer state and step, hence the
     learning-rate schedule. Returns the CheckpointManager that saves the next ones; the other hosts of a
     multi-worker job take part in saving (a collective operation), into a scratch folder."""
-    checkpoint = tf.train.Checkpoint(model=trainer.mlm, optimizer=trainer.optimizer)
     directory = os.path.join(args.output_dir, "checkpoints")
-    latest = None if args.overwrite else tf.train.latest_checkpoint(directory)
+    latest = None if args.overwrite else last_checkpoint(directory)
+    if latest:
+        check_checkpoint(latest, directory)
+    checkpoint = tf.train.Checkpoint(model=trainer.mlm, optimizer=trainer.optimizer)
     if latest:
         checkpoint.restore(latest)
         logger.info("Resuming from %s, at step %d", latest, int(trainer.optimizer.iterations.numpy()))
@@ -851,7 +1036,14 @@ class CheckpointAndStop(keras.callbacks.Callback):
         self.model.stop_training = self.stop_requested or diverged
 
     def save(self, step):
-        self.manager.save(checkpoint_number=step)
+        directory = self.manager.directory
+        try:
+            with out_of_space_in_run(directory, f"the checkpoint of step {step}", directory):
+                self.manager.save(checkpoint_number=step)
+        except UserError:  # The files of the failed save go, giving their space back; the last good one stays.
+            for leftover in tf.io.gfile.glob(os.path.join(directory, f"ckpt-{step}[._]*")):
+                delete(leftover)
+            raise
         self.last_saved_step = step
 
     def finish(self, step):
@@ -891,8 +1083,15 @@ class ResultsFile(dict):
         self.update(fields)
         if self.is_chief:
             tf.io.gfile.makedirs(os.path.dirname(self.path))  # The first record comes before any checkpoint.
-            with tf.io.gfile.GFile(self.path, "w") as f:
-                json.dump(self, f, indent=2)
+            with out_of_space_in_run(os.path.dirname(self.path), os.path.basename(self.path),
+                                     os.path.join(os.path.dirname(self.path), "checkpoints")):
+                try:  # Written whole, then renamed: a full disk leaves the last complete file.
+                    with tf.io.gfile.GFile(self.path + ".tmp", "w") as f:
+                        json.dump(self, f, indent=2)
+                    tf.io.gfile.rename(self.path + ".tmp", self.path, overwrite=True)
+                except Exception:
+                    delete(self.path + ".tmp")
+                    raise
 
 
 class RoundEnd(keras.callbacks.Callback):
@@ -902,15 +1101,19 @@ class RoundEnd(keras.callbacks.Callback):
     def __init__(self, results, log_dir, learning_rate_schedule):
         super().__init__()
         self.results, self.learning_rate_schedule = results, learning_rate_schedule
-        self.writers = {part: tf.summary.create_file_writer(os.path.join(log_dir, part)) for part in ("train", "eval")}
+        self.log_dir, self.checkpoint_dir = log_dir, os.path.join(os.path.dirname(log_dir), "checkpoints")
+        with out_of_space_in_run(log_dir, "TensorBoard logs", self.checkpoint_dir):
+            self.writers = {part: tf.summary.create_file_writer(os.path.join(log_dir, part))
+                            for part in ("train", "eval")}
 
     def write_tensorboard(self, part, metrics, step):
-        with self.writers[part].as_default(step=step):
-            for name, value in metrics.items():
-                tf.summary.scalar(name, value)
-            if part == "train":
-                tf.summary.scalar("learning_rate", self.learning_rate_schedule(step))
-        self.writers[part].flush()
+        with out_of_space_in_run(self.log_dir, "TensorBoard logs", self.checkpoint_dir):
+            with self.writers[part].as_default(step=step):
+                for name, value in metrics.items():
+                    tf.summary.scalar(name, value)
+                if part == "train":
+                    tf.summary.scalar("learning_rate", self.learning_rate_schedule(step))
+            self.writers[part].flush()
 
     def on_epoch_end(self, epoch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
@@ -920,6 +1123,18 @@ class RoundEnd(keras.callbacks.Callback):
         self.results.record(step=step, final_train=train, **({"final_eval": evaluation} if evaluation else {}))
         self.write_tensorboard("train", train, step)
         self.write_tensorboard("eval", evaluation, step)
+
+
+def out_of_space_in_run(folder, what, checkpoint_dir):
+    """utils.out_of_space_named for what a run writes as it goes: its checkpoints stay, and after space is freed,
+    the same command resumes from the last one."""
+    def then():
+        latest = last_checkpoint(checkpoint_dir)
+        return (f"The checkpoints in {checkpoint_dir!r} are intact, the last {latest!r}: free space, then run the "
+                "same command again; it resumes from there." if latest else "No checkpoint was saved yet: free "
+                "space, then run the same command again; it starts over.")
+
+    return out_of_space_named(folder, what, then)
 
 
 def format_metrics(metrics):
@@ -990,7 +1205,7 @@ only those whose input was `<mask>`, for the model and for a table of the traini
         write_model_card(folder, args.output_dir, "fill-mask", "The capital of France is <mask>.", description)
 
     save_folder(args.output_dir, write, "Model, tokenizer and model card", args.hub_model_id,
-                f"Pre-trained for {step} steps", ignore_patterns=["checkpoints/*"])  # Logs are welcome on the Hub.
+                f"Pre-trained for {step} steps", ignore_patterns=["checkpoints/*", OutputDirLease.NAME])  # Logs are welcome on the Hub.
     results.record(saved_model_step=step)
 
 

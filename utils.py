@@ -18,6 +18,7 @@ import atexit
 import contextlib
 import copy
 import dataclasses
+import errno
 import functools
 import glob
 import hashlib
@@ -241,6 +242,38 @@ def upload_folder(local_dir, path):
             gcs_blob(posixpath.join(path, relative)).upload_from_filename(os.path.join(root, file))
 
 
+# A full disk or bucket, as each layer says it: the OS (ENOSPC, EDQUOT; h5py gives only the text), TensorFlow (a
+# ResourceExhaustedError, which also means "out of device memory": hence the text), Cloud Storage (a quota).
+OUT_OF_SPACE = {"the disk is full (No space left on device)": r"no space left on device",
+                "the disk quota is exceeded (Disk quota exceeded)": r"disk quota exceeded",
+                "the storage quota is exceeded": r"quota ?exceeded|exceeded .{0,60}quota|insufficient storage"}
+
+
+def out_of_space_reason(error):
+    """What says that `error` is a full disk or bucket, or None when it is another error."""
+    if isinstance(error, UserError):  # Already explained.
+        return None
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return list(OUT_OF_SPACE)[error.errno == errno.EDQUOT]
+    return next((reason for reason, pattern in OUT_OF_SPACE.items()
+                 if re.search(pattern, str(error), re.IGNORECASE)), None)
+
+
+@contextlib.contextmanager
+def out_of_space_named(folder, what, then):
+    """Turns an error saying that the disk or the bucket is full into a UserError naming `folder`, `what` was being
+    written there, and `then` (a text, or a function giving it then): what is left and what to do. Other errors
+    pass unchanged."""
+    try:
+        yield
+    except Exception as error:
+        reason = out_of_space_reason(error)
+        if reason is None:
+            raise
+        raise UserError(f"no space left to write {what} in {folder!r}: {reason}. "
+                        f"{then() if callable(then) else then}") from error
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Reading a text corpus (train_unigram.py and prepare_tfrecord_shards.py)
 
@@ -296,7 +329,8 @@ def text_batches(*, text_column, batch_size, limit=None, data_files=None, datase
         missing = [split for split in splits or [] if split not in corpus]
         if missing:
             raise UserError(f"the dataset {dataset_name!r} has no split {missing}; it has {sorted(corpus)}.")
-    return {split: iter_text_batches(dataset, text_column, batch_size, limit) for split, dataset in corpus.items()
+    return {split: iter_text_batches(dataset, text_column, batch_size, limit, f"the {split} split")
+            for split, dataset in corpus.items()
             if not splits or split in splits}
 
 
@@ -336,13 +370,14 @@ def data_files_format(data_files, formats=("text", "json", "parquet")):
     return builders.pop()
 
 
-def iter_text_batches(dataset, text_column, batch_size, limit=None):
-    """The texts of a streamed 🤗 dataset in lists of up to `batch_size`; `limit` records at most."""
+def iter_text_batches(dataset, text_column, batch_size, limit=None, source="the input"):
+    """The texts of a streamed 🤗 dataset in lists of up to `batch_size`; `limit` records at most. `source` names
+    the dataset in errors ("the train split")."""
     if text_column not in (dataset.column_names or [text_column]):
         raise UserError(f"the data has no column {text_column!r}; its columns are {dataset.column_names}. "
                         "Choose one with --text_column.")
     texts = (record[text_column] for record in (dataset.take(limit) if limit is not None else dataset))
-    return batches_of_texts(texts, batch_size)
+    return batches_of_texts(texts, batch_size, f"the {text_column!r} field of record {{}} of {source}")
 
 
 def iter_text_file_batches(files, batch_size, limit=None):
@@ -376,10 +411,23 @@ def iter_text_file_lines(files):
                 yield from text.removesuffix("\r").split("\r")
 
 
-def batches_of_texts(texts, batch_size):
-    """The texts in lists of up to `batch_size`, less empty and whitespace-only ones (and None, a missing value)."""
-    texts = (text for text in texts if text and not text.isspace())
-    while batch := list(itertools.islice(texts, batch_size)):
+def batches_of_texts(texts, batch_size, where="record {} of the input"):
+    """The texts in lists of up to `batch_size`, less empty and whitespace-only ones and None (null: how JSON and
+    Parquet write a missing text). Any other value that is not a string (a number, a list, an object) stops the
+    run, `where` naming it ("record {} of ...", numbered from 1): it is a wrong --text_column or a damaged export
+    more often than a text, and skipping such records could skip a corpus. Every script reads texts here."""
+    def texts_only():
+        for number, text in enumerate(texts, start=1):
+            if text is not None and not isinstance(text, str):
+                raise UserError(f"{where.format(number)} is not text but {type(text).__name__} {str(text)[:80]}. "
+                                "Every record's text must be a string (null counts as an empty text and is "
+                                "skipped, as empty ones are). Fix or drop such records, or choose the column that "
+                                "holds the text with --text_column.")
+            if text and not text.isspace():
+                yield text
+
+    checked = texts_only()
+    while batch := list(itertools.islice(checked, batch_size)):
         yield batch
 
 
@@ -399,6 +447,34 @@ def fraction(text):
     if not 0 <= float(text) < 1:
         raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
     return float(text)
+
+
+def probability(text):
+    """An argparse type: a number in (0, 1), 0 and 1 excluded (a masking rate)."""
+    if not 0 < float(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), 0 and 1 excluded, got {text}")
+    return float(text)
+
+
+def positive_float(text):
+    """An argparse type: a number above 0 (a learning rate). NaN is refused too: no comparison holds for it."""
+    if not float(text) > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return float(text)
+
+
+def non_negative_float(text):
+    """An argparse type: a number of 0 or more (a weight decay rate)."""
+    if not float(text) >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return float(text)
+
+
+def non_negative_int(text):
+    """An argparse type: an integer of 0 or more (warmup steps)."""
+    if int(text) < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {int(text)}")
+    return int(text)
 
 
 def check_output_dir(path, overwrite, resumable=(), stale=()):
@@ -477,14 +553,38 @@ def check_max_length(config, max_length, can_override=False, weights_from=None):
                f", or add max_position_embeddings={needed} to --config_overrides." if can_override else "."))
 
 
+FULL_DISK_ADVICE = ("What was written of it is deleted: nothing half-saved looks complete. Free space, then run the "
+                    "same command again.")
+
+
+@contextlib.contextmanager
+def nothing_half_saved(output_dir, description):
+    """Deletes what save_folder had written into `output_dir` when a full disk stopped it: a folder with half a
+    model (a config, no weights) would look like a model, and a run could not resume beside it. What was there
+    before stays."""
+    before = set(folder_entries(output_dir))
+    try:
+        yield
+    except UserError:
+        for name in set(folder_entries(output_dir)) - before:
+            delete(posixpath.join(output_dir, name) if is_gcs_path(output_dir) else os.path.join(output_dir, name))
+        raise
+
+
 def save_folder(output_dir, write, description, hub_model_id=None, commit_message=None, ignore_patterns=None):
     """Has `write(folder)` write files into a local folder, then puts them in `output_dir` and, with
     `hub_model_id`, on the Hub (less `ignore_patterns`). save_pretrained and the Hub client write and read local
     folders only: for a gs:// `output_dir`, `folder` is a temporary one."""
     local_dir = tempfile.mkdtemp() if is_gcs_path(output_dir) else output_dir
-    write(local_dir)
     if local_dir != output_dir:
-        upload_folder(local_dir, output_dir)
+        atexit.register(shutil.rmtree, local_dir, ignore_errors=True)  # Also when the upload fails.
+    with nothing_half_saved(output_dir, description):
+        with out_of_space_named(output_dir if local_dir == output_dir else f"{local_dir} (a local copy for "
+                                f"{output_dir})", description[0].lower() + description[1:], then=FULL_DISK_ADVICE):
+            write(local_dir)
+        if local_dir != output_dir:
+            with out_of_space_named(output_dir, description[0].lower() + description[1:], then=FULL_DISK_ADVICE):
+                upload_folder(local_dir, output_dir)
     logger.info("%s saved to %s", description, output_dir)
     if hub_model_id:
         from huggingface_hub import create_repo, upload_folder as upload_to_hub
@@ -621,6 +721,54 @@ pipe = pipeline("{task}", model="PATH_OR_HUB_ID", framework="tf", dtype=None)  #
 print(pipe("{example}"))
 ```
 """).save(os.path.join(folder, "README.md"))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Checkpoints of a run_mlm.py run (run_mlm.py resumes from them, export_model.py exports them)
+
+
+def last_checkpoint(directory):
+    """The last checkpoint that CheckpointManager listed in `directory` (its file "checkpoint") whose files are
+    still there; None for none. Deleting a damaged checkpoint's files so makes the one before it the last, where
+    tf.train.latest_checkpoint would find none, and a run would silently start over."""
+    import tensorflow as tf
+
+    state = tf.train.get_checkpoint_state(directory)
+    paths = list(state.all_model_checkpoint_paths) if state else []
+    return next((path for path in reversed(paths) if tf.io.gfile.exists(path + ".index")), None)
+
+
+def check_checkpoint(path, directory):
+    """Reads every tensor of the checkpoint `path`; if one cannot be read (a file cut short by a full disk or an
+    interrupted copy, a corrupted byte), raises UserError naming it and the last intact checkpoint before it in
+    `directory`. Neither script goes back to an earlier step unasked: the user deletes the damaged files, and the
+    same command takes the one before (see last_checkpoint). Restoring reads lazily (the optimizer's slots only
+    once the first step creates them): a damaged file would otherwise fail deep inside training."""
+    error = checkpoint_read_error(path)
+    if error is None:
+        return
+    import tensorflow as tf
+
+    state = tf.train.get_checkpoint_state(directory)
+    earlier = [other for other in (state.all_model_checkpoint_paths if state else []) if other != path]
+    intact = next((other for other in reversed(earlier)
+                   if tf.io.gfile.exists(other + ".index") and checkpoint_read_error(other) is None), None)
+    from diagnostics import damaged_checkpoint_message
+
+    raise UserError(damaged_checkpoint_message(path, error, intact))
+
+
+def checkpoint_read_error(path):
+    """Why the checkpoint `path` cannot be read whole, or None."""
+    import tensorflow as tf
+
+    try:
+        reader = tf.train.load_checkpoint(path)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except (tf.errors.OpError, IndexError, ValueError) as error:  # IndexError: "Read less bytes than requested".
+        return error
+    return None
 
 
 # ----------------------------------------------------------------------------------------------------------------
