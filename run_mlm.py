@@ -1,8 +1,9 @@
 #!/usr/bin/env python
-"""Step 3: pre-train a masked language model from scratch on the TFRecord shards of step 2.
+"""Step 3: pre-train a masked language model on the TFRecord shards of step 2, from scratch or from a model.
 
-The model is a 🤗 Transformers TF…ForMaskedLM (RoBERTa by default) built from a config, never from pretrained
-weights, trained with Keras `model.fit` under a tf.distribute strategy: TPUStrategy on a TPU VM (its chips are
+The model is a 🤗 Transformers TF…ForMaskedLM (RoBERTa by default) built from a config, or (--model_name_or_path)
+one that exists, which continues pre-training with its own weights and LM head, on the shards of its tokenizer. It
+trains with Keras `model.fit` under a tf.distribute strategy: TPUStrategy on a TPU VM (its chips are
 found in sysfs) or a TPU Node or pod slice (--tpu_name); MultiWorkerMirroredStrategy when TF_CONFIG describes a
 cluster; MirroredStrategy over several GPUs (or --num_cpu_replicas CPU devices); OneDeviceStrategy on one.
 
@@ -51,9 +52,9 @@ from transformers import TFAutoModelForMaskedLM, create_optimizer
 from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME,
                    Manifest, UserError, add_hardware_arguments, check_checkpoint, check_max_length,
                    check_output_dir, count_hosts, delete, fraction, gcs_blob, host_addresses, is_gcs_path,
-                   last_checkpoint, load_config, load_tokenizer, non_negative_float, non_negative_int,
-                   out_of_space_named, positive_float, positive_int, probability, save_folder, save_pytorch_copy,
-                   set_up_training, strategy_name, vocabulary_fingerprint, write_model_card)
+                   last_checkpoint, load_config, load_pretrained_model, load_tokenizer, local_copy, non_negative_float,
+                   non_negative_int, out_of_space_named, positive_float, positive_int, probability, save_folder,
+                   save_pytorch_copy, set_up_training, strategy_name, vocabulary_fingerprint, write_model_card)
 
 logger = logging.getLogger("run_mlm")
 
@@ -81,14 +82,20 @@ def parse_args():
                            "position). Default: the expected number plus a margin, 32 for 0.15 x 128.")
 
     model = parser.add_argument_group("model")
-    model.add_argument("--tokenizer", default="unigram-tokenizer",
-                       help="Folder written by train_unigram.py (local or gs://), or a Hub tokenizer id "
-                            "(default: %(default)s).")
-    model.add_argument("--pretrained_model_config", default="FacebookAI/roberta-base",
+    model.add_argument("--tokenizer",
+                       help="Folder written by train_unigram.py (local or gs://), or a Hub tokenizer id (default: "
+                            "that of --model_name_or_path, else unigram-tokenizer).")
+    start = model.add_mutually_exclusive_group()
+    start.add_argument("--pretrained_model_config", default="FacebookAI/roberta-base",
                        help="Architecture to train from scratch: a Hub model id, a folder holding config.json or a "
                             "config file (local or gs://); weights are never read (default: %(default)s).")
+    start.add_argument("--model_name_or_path",
+                       help="Continue pre-training this model instead: a folder saved by this pipeline or "
+                            "save_pretrained (TensorFlow or PyTorch safetensors weights, local or gs://), or a Hub "
+                            "model id. A fresh optimizer and schedule; the shards must use its tokenizer.")
     model.add_argument("--config_overrides", type=config_overrides,
-                       help="Changes to the config, e.g. hidden_size=256,num_hidden_layers=4,num_attention_heads=4.")
+                       help="Changes to the config, e.g. hidden_size=256,num_hidden_layers=4,num_attention_heads=4 "
+                            "(with --model_name_or_path, dropout only).")
     model.add_argument("--output_bias", choices=["frequencies", "zeros"], default="frequencies",
                        help="The LM head's initial output bias: each token's log-frequency in the training shards "
                             "(their token_counts.json), so that the first steps need not learn it; or zeros, as 🤗 "
@@ -135,6 +142,7 @@ def parse_args():
         parser.error(f"--max_length must be at least {MIN_MAX_LENGTH}, got {args.max_length}: shorter samples leave "
                      "too few tokens to mask, with too little context. Write shards of 128 tokens, or at least "
                      f"{MIN_MAX_LENGTH}, with prepare_tfrecord_shards.py.")
+    args.tokenizer = args.tokenizer or args.model_name_or_path or "unigram-tokenizer"
     if args.max_predictions_per_seq is None:  # After the types checked --mlm_probability: a rate in (0, 1).
         args.max_predictions_per_seq = default_max_predictions(args.mlm_probability, args.max_length)
     if args.max_predictions_per_seq > args.max_length:
@@ -146,7 +154,8 @@ def parse_args():
 def main(args):
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     strategy, on_tpu, jit_compile = set_up_training(
-        args, input_paths=(args.train_dataset, args.eval_dataset, args.tokenizer, args.pretrained_model_config))
+        args, input_paths=(args.train_dataset, args.eval_dataset, args.tokenizer, args.pretrained_model_config,
+                           args.model_name_or_path))
     is_chief = strategy.extended.should_checkpoint  # Only the chief writes into --output_dir.
     if is_chief:
         OutputDirLease(args.output_dir).hold()  # At once: a second run into this folder stops here.
@@ -180,7 +189,8 @@ def main(args):
         results.clear()  # Nothing of an earlier run that left no checkpoint.
     results.record(global_batch_size=plan.global_batch_size, per_replica_batch_size=args.per_replica_batch_size,
                    num_replicas=strategy.num_replicas_in_sync,
-                   gradient_accumulation_steps=args.gradient_accumulation_steps)
+                   gradient_accumulation_steps=args.gradient_accumulation_steps,
+                   started_from=args.model_name_or_path)  # None: random weights.
 
     # Train in rounds, each ending with an evaluation, checkpointing as it goes.
     training_data, eval_data = distributed_datasets(args, strategy, plan, tokenizer, train_files, eval_files)
@@ -623,25 +633,78 @@ def config_overrides(text):
 
 
 def model_config(args, tokenizer):
-    """The model config: --pretrained_model_config, --config_overrides, and the tokenizer's vocabulary and ids."""
-    config = load_config(args.pretrained_model_config, "--pretrained_model_config",
-                         "Pass a Hub model id (online), or a local folder holding config.json, or a config file.")
+    """The model config: --pretrained_model_config, --config_overrides, and the tokenizer's vocabulary and ids; or
+    that of --model_name_or_path, whose weights fix every shape: dropout overrides only, and its own tokenizer."""
+    start = args.model_name_or_path
+    config = load_config(start or args.pretrained_model_config,
+                         "--model_name_or_path" if start else "--pretrained_model_config",
+                         "Pass a Hub model id (online), or a local folder holding config.json"
+                         + ("." if start else ", or a config file."))
+    original = config.to_dict()
     if args.config_overrides:
         try:
             config.update_from_string(args.config_overrides)
         except ValueError as err:
             raise UserError(f"bad --config_overrides {args.config_overrides!r}: {err}") from err
-    config.update(dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id))
-    check_max_length(config, args.max_length, can_override=True)
+    if not start:
+        config.update(dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                           bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id))
+        check_max_length(config, args.max_length, can_override=True)
+        return config
+    changed = [key for key, value in config.to_dict().items() if original.get(key) != value and "dropout" not in key]
+    if changed:
+        raise UserError(f"--config_overrides sets {changed[0]}, but the model of --model_name_or_path {start!r} "
+                        f"has {changed[0]}={original.get(changed[0])!r} in its weights: starting from a model, "
+                        "only dropout may change. Drop it, or train a new model of that shape from scratch "
+                        "(--pretrained_model_config).")
+    refuse_a_tokenizer_not_the_models(args, config, tokenizer)
+    check_max_length(config, args.max_length, weights_from=start)
     return config
 
 
+def refuse_a_tokenizer_not_the_models(args, config, tokenizer):
+    """Stops unless `tokenizer` (--tokenizer, which the shards were checked against) is the model's own: another
+    vocabulary would give every id the embedding of another token. The model's tokenizer, where its folder has one,
+    must have the same tokens at the same ids, special ones included; else the sizes and the pad id must fit."""
+    from transformers import AutoTokenizer
+
+    start = args.model_name_or_path
+    try:
+        own = AutoTokenizer.from_pretrained(local_copy(start))
+    except (OSError, ValueError):  # A model folder without tokenizer files.
+        own = None
+        logger.warning("The model %s has no tokenizer to compare --tokenizer with: only its size is checked.", start)
+
+    def special_ids(tokenizer):
+        return {name: getattr(tokenizer, name + "_token_id") for name in ("pad", "mask", "bos", "eos", "unk")}
+
+    if own is None:
+        if len(tokenizer) <= config.vocab_size and tokenizer.pad_token_id == config.pad_token_id:
+            return
+        difference = (f"{len(tokenizer)} tokens and pad id {tokenizer.pad_token_id}, the model {config.vocab_size} "
+                      f"embeddings and pad id {config.pad_token_id}")
+    elif vocabulary_fingerprint(own.backend_tokenizer) != vocabulary_fingerprint(tokenizer.backend_tokenizer):
+        difference = (f"{len(tokenizer)} tokens, the model's {len(own)}" if len(own) != len(tokenizer)
+                      else f"{len(tokenizer)} tokens as the model's, but other tokens or ids")
+    elif special_ids(tokenizer) != special_ids(own):
+        difference = f"special tokens at other ids ({special_ids(tokenizer)}, the model's {special_ids(own)})"
+    else:
+        return
+    raise UserError(
+        f"--tokenizer {args.tokenizer!r} is not the tokenizer of the model {start!r}: {difference}. Its ids would "
+        "mean other tokens to the model. Drop --tokenizer (the model's is the default), and write the shards with "
+        f"the model's tokenizer: prepare_tfrecord_shards.py --tokenizer_name_or_path {start} ...")
+
+
 def build_trainer(args, config, tokenizer, plan, jit_compile, train_files):
-    """A new model in a compiled MaskedLMTrainer, and its learning-rate schedule. Call it in the strategy's scope.
-    The token counts beside the shards give the frequency baseline, and (--output_bias) the starting output bias."""
-    mlm = TFAutoModelForMaskedLM.from_config(config)
-    mlm.build_in_name_scope()  # The weights now, with the names that save_pretrained expects.
+    """The model (new, or that of --model_name_or_path) in a compiled MaskedLMTrainer, and its learning-rate
+    schedule. Call it in the strategy's scope. The token counts beside the shards give the frequency baseline, and
+    (--output_bias) a new model's starting output bias: a loaded one keeps its own."""
+    if args.model_name_or_path:
+        mlm = load_pretrained_model(TFAutoModelForMaskedLM, args.model_name_or_path, "--model_name_or_path", config)
+    else:
+        mlm = TFAutoModelForMaskedLM.from_config(config)
+        mlm.build_in_name_scope()  # The weights now, with the names that save_pretrained expects.
     optimizer, learning_rate = create_optimizer(init_lr=args.learning_rate, num_train_steps=plan.total_steps,
                                                 num_warmup_steps=plan.warmup_steps,
                                                 weight_decay_rate=args.weight_decay_rate)
@@ -650,7 +713,7 @@ def build_trainer(args, config, tokenizer, plan, jit_compile, train_files):
     if tf.io.gfile.exists(counts_path):
         with tf.io.gfile.GFile(counts_path) as f:  # One count per token id: find_shards checked the vocabulary.
             frequency_table = frequency_log_probs(json.load(f), tokenizer.all_special_ids)
-        if args.output_bias == "frequencies":
+        if args.output_bias == "frequencies" and not args.model_name_or_path:
             start_from_token_frequencies(mlm, frequency_table)  # A checkpoint restored later replaces it.
     else:
         logger.warning("No %s beside the training shards (shards of the original example): the metrics leave out "
@@ -1114,13 +1177,15 @@ def save_model(args, trainer, tokenizer, config, results, plan):
     results.record(step=step, model_type=config.model_type, vocab_size=config.vocab_size,
                    train_samples=plan.train_samples)
     metrics = "\n".join(f"| {name} | {value:.4f} |" for name, value in results.get("final_eval", {}).items())
-    description = f"""A {config.model_type} masked language model pre-trained from scratch with TensorFlow (`run_mlm.py`
-of a TF + 🤗 Transformers TPU pre-training pipeline).
+    origin = (f"continued from `{args.model_name_or_path}`" if args.model_name_or_path
+              else f"`{args.pretrained_model_config}` from scratch")
+    description = f"""A {config.model_type} masked language model pre-trained with TensorFlow (`run_mlm.py` of a TF + 🤗
+Transformers TPU pre-training pipeline), {origin}.
 
 - Training data: `{args.train_dataset}`, {plan.train_samples} samples of {args.max_length} tokens
 - Evaluation data: `{args.eval_dataset}`
 - Tokenizer: `{args.tokenizer}`, vocabulary of {config.vocab_size}
-- Architecture: `{args.pretrained_model_config}` with overrides `{args.config_overrides or 'none'}`
+- Config overrides: `{args.config_overrides or 'none'}`
 - Steps: {step} at a global batch of {plan.global_batch_size} samples ({results['num_replicas']} replicas),
   learning rate {args.learning_rate}, weight decay {args.weight_decay_rate}
 

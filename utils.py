@@ -838,9 +838,9 @@ def load_config(name_or_path, flag, advice):
 MODELS_WITH_POSITION_OFFSET = ("roberta", "xlm-roberta", "camembert", "roberta-prelayernorm")
 
 
-def check_max_length(config, max_length, can_override=False):
+def check_max_length(config, max_length, can_override=False, weights_from=None):
     """Stops when samples of `max_length` tokens need more position embeddings than `config` has; `can_override`:
-    the script has --config_overrides."""
+    the script has --config_overrides; `weights_from`: the model whose weights fix their number."""
     offset = config.pad_token_id + 1 if config.model_type in MODELS_WITH_POSITION_OFFSET else 0
     needed = max_length + offset
     if needed > config.max_position_embeddings:
@@ -848,7 +848,10 @@ def check_max_length(config, max_length, can_override=False):
             f"--max_length {max_length} needs {needed} position embeddings, but the model has "
             f"max_position_embeddings={config.max_position_embeddings}, enough for "
             f"{config.max_position_embeddings - offset} tokens. Lower --max_length"
-            + (f", or add max_position_embeddings={needed} to --config_overrides." if can_override else "."))
+            + (f": the position embeddings of {weights_from!r} are weights, which cannot grow. For a longer second "
+               f"phase, build the model with them from the start (--config_overrides "
+               f"max_position_embeddings={needed} in the first phase)." if weights_from else
+               f", or add max_position_embeddings={needed} to --config_overrides." if can_override else "."))
 
 
 FULL_DISK_ADVICE = ("What was written of it is deleted: nothing half-saved looks complete. Free space, then run the "
@@ -925,6 +928,70 @@ def save_pytorch_copy(model, tokenizer, folder):
         name, transpose = convert_tf_weight_name_to_pt_weight_name(weight.name, tf_weight_shape=weight.shape)
         tensors[name] = np.ascontiguousarray(apply_transpose(transpose, weight.numpy(), pt_to_tf=False), np.float32)
     save_file(tensors, os.path.join(pytorch_dir, "model.safetensors"), metadata={"format": "pt"})
+
+
+def load_pretrained_model(model_class, name_or_path, flag, config, new_head=False):
+    """`model_class` (a 🤗 TF…For… class) of `config`, with the weights of a local or gs:// model folder or a Hub
+    id, named by the option `flag`: TensorFlow's (tf_model.h5) as from_pretrained loads them, else PyTorch's
+    (model.safetensors, in one file or sharded with an index): this pipeline's PyTorch copies, most Hub models.
+    With `new_head`, the head may be missing from the weights (a classifier made from a masked LM); the encoder
+    never."""
+    from transformers.utils import cached_file
+
+    local_path = local_copy(name_or_path)
+    find = functools.partial(cached_file, local_path, _raise_exceptions_for_missing_entries=False,
+                             _raise_exceptions_for_connection_errors=False)
+    if find("tf_model.h5") or find("tf_model.h5.index.json"):
+        # Not use_safetensors: a model.safetensors beside tf_model.h5 (on the Hub) would take precedence, and fail.
+        return model_class.from_pretrained(local_path, config=config, use_safetensors=False)
+    index = find("model.safetensors.index.json")
+    single = None if index else find("model.safetensors")
+    if not index and not single:
+        raise UserError(f"{name_or_path!r} ({flag}) holds no weights that TensorFlow can load: no tf_model.h5 and no "
+                        "model.safetensors (or model.safetensors.index.json). Pass a folder saved by this pipeline, "
+                        "or a model whose weights are in safetensors (PyTorch's pytorch_model.bin needs PyTorch: "
+                        "convert it with Transformers and PyTorch, `save_pretrained(folder)`).")
+    if index:
+        from transformers.utils.hub import get_checkpoint_shard_files
+
+        files = get_checkpoint_shard_files(local_path, index)[0]
+    model = model_class.from_config(config)
+    model.build_in_name_scope()
+    load_pytorch_weights(model, files if index else [single], name_or_path, new_head)
+    return model
+
+
+def load_pytorch_weights(model, files, name_or_path, new_head=False):
+    """Loads PyTorch-format safetensors `files` into the built TF `model`, by 🤗 Transformers' own PyTorch-to-TF
+    name mapping and transposes, refusing weights that are missing or of another shape. Transformers 4.57's
+    from_pretrained hands these files to that loader as open archives, which it iterates as dicts (TypeError:
+    'builtins.safe_open' object is not iterable); given numpy arrays, it loads them unchanged, without PyTorch."""
+    import tensorflow as tf
+    from safetensors.numpy import load_file
+    from transformers.modeling_tf_pytorch_utils import load_pytorch_state_dict_in_tf2_model
+
+    state_dict = {}
+    for file in files:
+        state_dict.update(load_file(file))
+    problem = f"the PyTorch weights of {name_or_path!r} do not fit a {type(model).__name__} of their config"
+    advice = "Pass a model folder of this architecture, with its head (config.json's \"architectures\")."
+    try:
+        _, info = load_pytorch_state_dict_in_tf2_model(
+            model, state_dict, tf_inputs=False, allow_missing_keys=True, output_loading_info=True,
+            skip_logger_warnings=True, tf_to_pt_weight_rename=getattr(model, "tf_to_pt_weight_rename", None))
+    except (ValueError, tf.errors.InvalidArgumentError) as err:  # A weight's shape; the message gives both.
+        raise UserError(f"{problem}: a weight has another shape ({err}). {advice}") from err
+    prefix = model.base_model_prefix + "."
+    missing = [name for name in info["missing_keys"] if not new_head or name.startswith(prefix)]
+    if missing:
+        raise UserError(f"{problem}: {len(missing)} weights are missing ({', '.join(missing[:5])}"
+                        f"{', ...' if len(missing) > 5 else ''}). {advice}")
+    if info["unexpected_keys"]:
+        logger.warning("Weights of %s that a %s does not use, left out: %s", name_or_path, type(model).__name__,
+                       ", ".join(sorted(info["unexpected_keys"])[:10]))
+    if new_head and info["missing_keys"]:
+        logger.info("A new %s head, from random weights: %s", type(model).__name__,
+                    ", ".join(info["missing_keys"]))
 
 
 def write_model_card(folder, output_dir, task, example, description):
