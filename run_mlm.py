@@ -4,7 +4,7 @@
 The model is a 🤗 Transformers TF…ForMaskedLM (RoBERTa by default) built from a config, never from pretrained
 weights, trained with Keras `model.fit` under a tf.distribute strategy: TPUStrategy on a TPU VM (its chips are
 found in sysfs) or a TPU Node or pod slice (--tpu_name); MultiWorkerMirroredStrategy when TF_CONFIG describes a
-cluster; MirroredStrategy over several GPUs (or --num_cpu_replicas CPU devices); OneDeviceStrategy on one.
+cluster; MirroredStrategy over several GPUs (or --num_cpu_replicas CPU devices); TensorFlow's default on one.
 
 Everything that runs per batch obeys XLA, the compiler behind TPUs: no Python `if` on tensor values, no shape that
 depends on values, one input shape. So batches always hold as many samples of exactly max_length tokens, and the
