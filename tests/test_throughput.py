@@ -61,3 +61,17 @@ def test_peaks_of_tpus_per_replica_and_none_for_a_cpu(monkeypatch):
     monkeypatch.setattr(run_mlm, "local_tpu_chips", lambda: {})  # A TPU Node: its chips are elsewhere.
     assert peak_flops(strategy, on_tpu=True, bfloat16=True)[0] is None
     assert peak_flops(types.SimpleNamespace(num_replicas_in_sync=1), on_tpu=False, bfloat16=False) == (None, "CPU")
+
+
+def test_input_pipeline_compared_with_what_training_takes(caplog):
+    # Two hosts, each pipeline alone 1,000 samples/s: training at 600 samples/s takes 300 per host, 30 %; at 1,800,
+    # 90 %: the steps likely wait for their input.
+    throughput = Throughput(flops_per_token=1e6, tokens_per_step=128, samples_per_step=1, num_hosts=2,
+                            peak_flops=None, devices="CPU", input_samples_per_second=1000.0)
+    with caplog.at_level("INFO", logger="run_mlm"):
+        assert throughput.compare_with_input({"samples_per_second": 600.0}) == pytest.approx(0.3)
+        assert not [record for record in caplog.records if record.levelname == "WARNING"]
+        assert throughput.compare_with_input({"samples_per_second": 1800.0}) == pytest.approx(0.9)
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert len(warnings) == 1 and "Training takes 90 % of what the input pipeline delivers alone" in warnings[0]
+    assert "--shard_size" in warnings[0] and "--shuffle_buffer_size" in warnings[0]
