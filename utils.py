@@ -1159,9 +1159,11 @@ def choose_strategy(args, root="/"):
         return tf.distribute.MultiWorkerMirroredStrategy(), False
     devices = [device.name for device in tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")]
     if len(devices) == 1:
-        # MirroredStrategy would pay for its cross-replica machinery on every step (benchmarks/README.md);
-        # OneDeviceStrategy keeps the same code path (scope, distributed datasets, replica context) without it.
-        return tf.distribute.OneDeviceStrategy(devices[0]), False
+        # TensorFlow's default strategy: the code path of the others (scope, distributed datasets, replica context,
+        # all-reduce) without their machinery. OneDeviceStrategy and MirroredStrategy feed each device through an
+        # iterator of their own whose pipeline always autotunes: deleting it, at the end of every fit call, waited
+        # up to a minute for its tuning thread (benchmarks/README.md, "The end of a fit call").
+        return tf.distribute.get_strategy(), False
     return tf.distribute.MirroredStrategy(devices), False
 
 
@@ -1225,9 +1227,11 @@ def host_addresses(strategy):
 
 
 def strategy_name(strategy):
-    # MultiWorkerMirroredStrategy is the public name of the class that TensorFlow calls CollectiveAllReduceStrategy.
+    # The public names of the classes that TensorFlow calls CollectiveAllReduceStrategy and
+    # _DefaultDistributionStrategy.
     name = type(strategy).__name__
-    return "MultiWorkerMirroredStrategy" if name == "CollectiveAllReduceStrategy" else name
+    return {"CollectiveAllReduceStrategy": "MultiWorkerMirroredStrategy",
+            "_DefaultDistributionStrategy": "the default strategy"}.get(name, name)
 
 
 if __name__ == "__main__":
