@@ -423,7 +423,21 @@ def start_from_token_frequencies(mlm, log_probs):
     """Sets the LM head's output bias to the tokens' log-frequencies: a new model then starts out predicting as the
     frequency table does. Special tokens get the lowest finite value, which keeps the logits finite in bfloat16."""
     finite = np.isfinite(log_probs)
-    mlm.get_lm_head().get_bias()["bias"].assign(np.where(finite, log_probs, log_probs[finite].min()))
+    for bias in mlm.get_lm_head().get_bias().values():  # ALBERT has two, of which TensorFlow uses one.
+        bias.assign(np.where(finite, log_probs, log_probs[finite].min()))
+
+
+# The layers between the encoder and the logits, for the models whose get_lm_head() is only the last of them.
+LM_HEAD_LAYERS = {"electra": ("generator_predictions", "generator_lm_head"),
+                  "convbert": ("generator_predictions", "generator_lm_head"),
+                  "distilbert": ("vocab_transform", "act", "vocab_layer_norm", "vocab_projector")}
+
+
+def lm_head(mlm, hidden):
+    """The logits of a 🤗 TF…ForMaskedLM `mlm` at the encoder's hidden states `hidden` [..., positions, hidden]."""
+    for name in LM_HEAD_LAYERS.get(mlm.config.model_type, ()):
+        hidden = getattr(mlm, name)(hidden)
+    return hidden if mlm.config.model_type in LM_HEAD_LAYERS else mlm.get_lm_head()(hidden)
 
 
 class Perplexity(keras.metrics.Mean):
@@ -482,7 +496,7 @@ class MaskedLMTrainer(keras.Model):
             encoder = getattr(self.mlm, self.mlm.base_model_prefix)
             hidden = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                              training=training)[0]
-            logits = self.mlm.get_lm_head()(tf.gather(hidden, batch["masked_positions"], batch_dims=1))
+            logits = lm_head(self.mlm, tf.gather(hidden, batch["masked_positions"], batch_dims=1))
             labels, inputs = (tf.gather(batch[name], batch["masked_positions"], batch_dims=1)
                               for name in ("labels", "input_ids"))
         else:
@@ -519,8 +533,9 @@ class MaskedLMTrainer(keras.Model):
         for i in range(steps):
             with tf.GradientTape() as tape:
                 stats = self._masked_lm_sums({name: value[i] for name, value in micro_batches.items()}, True)
-            gradients = [tf.convert_to_tensor(gradient)
-                         for gradient in tape.gradient(stats["cross_entropy"], self.mlm.trainable_variables)]
+            # Zeros for the weights the loss does not reach (a pooler, ALBERT's second output bias).
+            gradients = [tf.convert_to_tensor(gradient) for gradient in tape.gradient(
+                stats["cross_entropy"], self.mlm.trainable_variables, unconnected_gradients="zero")]
             gradient_sums = gradients if gradient_sums is None else [
                 total + gradient for total, gradient in zip(gradient_sums, gradients)]
             stat_sums = stats if stat_sums is None else {name: stat_sums[name] + stats[name] for name in stats}

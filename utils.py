@@ -519,7 +519,13 @@ def save_pytorch_copy(model, tokenizer, folder):
     tensors = {}
     for weight in model.weights:
         name, transpose = convert_tf_weight_name_to_pt_weight_name(weight.name, tf_weight_shape=weight.shape)
-        tensors[name] = np.ascontiguousarray(apply_transpose(transpose, weight.numpy(), pt_to_tf=False), np.float32)
+        if ".pooler." in name and config.architectures[0].endswith("ForMaskedLM"):
+            continue  # MPNet's TensorFlow masked LM holds a pooler that it never uses, PyTorch's none.
+        value = apply_transpose(transpose, weight.numpy(), pt_to_tf=False)
+        if "key_conv_attn_layer." in name and not name.endswith("pointwise.weight"):
+            # ConvBERT's separable convolution: PyTorch's keeps these as (channels, 1, kernel) and (channels, 1).
+            value = value.reshape(-1, 1, *value.shape[2:])
+        tensors[name] = np.ascontiguousarray(value, np.float32)
     save_file(tensors, os.path.join(pytorch_dir, "model.safetensors"), metadata={"format": "pt"})
 
 
