@@ -497,6 +497,11 @@ def save_folder(output_dir, write, description, hub_model_id=None, commit_messag
         shutil.rmtree(local_dir)
 
 
+# The model types that tests/test_architectures.py trains, resumes, fine-tunes and converts exactly (the README's
+# table): save_pytorch_copy writes no copy of any other.
+ARCHITECTURES = ("albert", "bert", "camembert", "convbert", "deberta", "deberta-v2", "distilbert", "electra", "mpnet",
+                 "roberta", "roberta-prelayernorm", "xlm-roberta")
+
 # A model's copy for 🤗 Transformers 5, which has no TensorFlow: a complete model folder inside the TensorFlow one.
 # Not beside tf_model.h5: Transformers 4.57's TensorFlow loader prefers any model.safetensors, and fails on these.
 PYTORCH_SUBFOLDER = "pytorch"
@@ -511,6 +516,9 @@ def save_pytorch_copy(model, tokenizer, folder):
     from safetensors.numpy import save_file
     from transformers.modeling_tf_pytorch_utils import apply_transpose, convert_tf_weight_name_to_pt_weight_name
 
+    if model.config.model_type not in ARCHITECTURES:
+        logger.warning("No PyTorch copy: the conversion of %s models is not tested here.", model.config.model_type)
+        return
     pytorch_dir = os.path.join(folder, PYTORCH_SUBFOLDER)
     config = copy.deepcopy(model.config)
     config.architectures = [type(model).__name__.removeprefix("TF")]  # RobertaForMaskedLM
