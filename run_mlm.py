@@ -44,10 +44,11 @@ import tensorflow as tf
 import tf_keras as keras
 from transformers import TFAutoModelForMaskedLM, create_optimizer
 
-from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME,
-                   Manifest, UserError, add_hardware_arguments, check_max_length, check_output_dir, count_hosts,
-                   fraction, host_addresses, is_gcs_path, load_config, load_tokenizer, positive_int, save_folder,
-                   save_pytorch_copy, set_up_training, strategy_name, vocabulary_fingerprint, write_model_card)
+from utils import (ARCHITECTURES, INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, SHARD_NAME_PATTERN,
+                   TOKEN_COUNTS_NAME, Manifest, UserError, add_hardware_arguments, check_max_length, check_output_dir,
+                   count_hosts, fraction, host_addresses, is_gcs_path, load_config, load_tokenizer, positive_int,
+                   save_folder, save_pytorch_copy, set_up_training, strategy_name, vocabulary_fingerprint,
+                   write_model_card)
 
 logger = logging.getLogger("run_mlm")
 
@@ -719,6 +720,9 @@ def model_config(args, tokenizer):
             config.update_from_string(args.config_overrides)
         except ValueError as err:
             raise SystemExit(f"error: bad --config_overrides {args.config_overrides!r}: {err}") from err
+    if config.model_type not in ARCHITECTURES:
+        logger.warning("%s is not among the architectures tested with this pipeline (README, \"Architectures\"): it "
+                       "may fail at its first step, and it gets no PyTorch copy.", config.model_type)
     config.update(dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
                        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id))
     check_max_length(config, args.max_length, can_override=True)
