@@ -292,8 +292,8 @@ MAX_SPAN_WORDS = 10  # SpanBERT's clip of its span lengths (in words), drawn fro
 def choose_words(input_ids, is_special, word_starts, mask_seed, replace_seed, mlm_probability, max_predictions,
                  spans):
     """(chosen, replace_draw) of mask_tokens, [batch, length] each, for whole words: a token starts a word where
-    `word_starts` says so, at a sample's start, and at and after a special token (each special is a word of its
-    own, never chosen). Every draw is made per word slot (a row has at most `length` words) and spread over the
+    `word_starts` says so, at a sample's start, and after a special token that starts a word (each such special
+    is a word of its own, never chosen; <unk>, for unknown characters, stays inside its word). Every draw is made per word slot (a row has at most `length` words) and spread over the
     word's tokens, so a word is chosen, and replaced 80/10/10, as a whole; each word with probability
     `mlm_probability`, which is thus also the expected share of tokens.
 
@@ -304,8 +304,8 @@ def choose_words(input_ids, is_special, word_starts, mask_seed, replace_seed, ml
     the whole span. With `max_predictions` K, words are kept in the order of their draws while their tokens fit
     in K, a word never cut."""
     length = input_ids.shape[1]
-    after_special = tf.pad(is_special[:, :-1], [[0, 0], [1, 0]], constant_values=True)
-    starts = tf.gather(tf.constant(word_starts), input_ids) | is_special | after_special
+    starts = tf.gather(tf.constant(word_starts), input_ids)
+    starts |= tf.pad((is_special & starts)[:, :-1], [[0, 0], [1, 0]], constant_values=True)  # After <s>, </s>.
     word = tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1  # Each token's word slot.
     slots = MAX_SPAN_WORDS - 1 + length if spans else length  # Spans may start before the row.
     draws = tf.random.stateless_uniform([tf.shape(input_ids)[0], slots, 2], mask_seed)
@@ -353,7 +353,7 @@ def word_start_table(tokenizer):
     """[vocabulary] booleans, True for the tokens that begin a word, read once from the tokenizer's pieces: for
     SentencePiece-style tokenizers (Metaspace, this pipeline's Unigram), those beginning with "▁"; for
     WordPiece (BERT's), those not beginning with "##"; for byte-level BPE (GPT-2, RoBERTa), "Ġ". Specials begin
-    a word. Raises UserError for a tokenizer whose pieces do not show where words begin."""
+    a word, but <unk>, which stands for characters inside one. Raises UserError for a tokenizer whose pieces do not show where words begin."""
     backend = json.loads(tokenizer.backend_tokenizer.to_str()) if tokenizer.is_fast else {}
     pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     layout = json.dumps([backend.get("pre_tokenizer"), backend.get("decoder")])
@@ -367,7 +367,7 @@ def word_start_table(tokenizer):
         raise UserError("--masking whole_word and span need a tokenizer whose pieces show where words begin "
                         "(SentencePiece's ▁, WordPiece's ##, or byte-level BPE's Ġ), but this one's show "
                         "none. Use --masking token, or a tokenizer from train_unigram.py.")
-    table[tokenizer.all_special_ids] = True
+    table[[i for i in tokenizer.all_special_ids if i != tokenizer.unk_token_id]] = True
     return table
 
 
