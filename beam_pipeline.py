@@ -19,7 +19,7 @@ import os
 import re
 
 from prepare_tfrecord_shards import finish_split, load_tokenizer, plan_parts, start_split, write_part
-from utils import (MANIFEST_NAME, Manifest, batches_of_texts, file_builder, gcs_client, is_gcs_path,
+from utils import (MANIFEST_NAME, Manifest, UserError, batches_of_texts, file_builder, gcs_client, is_gcs_path,
                    iter_text_file_lines, open_file, split_gcs_path)
 
 logger = logging.getLogger("prepare_tfrecord_shards")
@@ -40,7 +40,7 @@ def match_files(patterns):
         else:
             matches = {path: os.path.getsize(path) for path in glob.glob(pattern) if os.path.isfile(path)}
         if not matches:
-            raise SystemExit(f"error: no file matches {pattern!r}.")
+            raise UserError(f"no file matches {pattern!r}.")
         files.update(sorted(matches.items()))
     return list(files.items())
 
@@ -72,11 +72,11 @@ def part_texts(part, text_column):
             except json.JSONDecodeError:
                 record = None
             if not isinstance(record, dict):
-                raise SystemExit(f"error: {path!r} is not a JSON-lines file (one JSON object per line): "
-                                 f"{line[:100]!r}")
+                raise UserError(f"{path!r} is not a JSON-lines file (one JSON object per line): "
+                                f"{line[:100]!r}")
             if text_column not in record:
-                raise SystemExit(f"error: a line of {path!r} has no column {text_column!r}; its columns are "
-                                 f"{sorted(record)}. Choose one with --text_column.")
+                raise UserError(f"a line of {path!r} has no column {text_column!r}; its columns are "
+                                f"{sorted(record)}. Choose one with --text_column.")
             yield record[text_column]
     else:
         import pyarrow.parquet as parquet
@@ -84,8 +84,8 @@ def part_texts(part, text_column):
         with open_file(path, "rb") as f:
             parquet_file = parquet.ParquetFile(f)
             if text_column not in parquet_file.schema_arrow.names:
-                raise SystemExit(f"error: {path!r} has no column {text_column!r}; its columns are "
-                                 f"{parquet_file.schema_arrow.names}. Choose one with --text_column.")
+                raise UserError(f"{path!r} has no column {text_column!r}; its columns are "
+                                f"{parquet_file.schema_arrow.names}. Choose one with --text_column.")
             for batch in parquet_file.iter_batches(columns=[text_column]):
                 yield from batch.column(0).to_pylist()
 
@@ -125,9 +125,9 @@ def run_beam_pipeline(data_files, args):
         beam_args += ["--num_workers", str(args.num_workers)]
     paths = [args.tokenizer_name_or_path, args.output_dir, *(path for paths in data_files.values() for path in paths)]
     if args.runner not in StandardOptions.LOCAL_RUNNERS and not all(is_gcs_path(path) for path in paths):
-        raise SystemExit(f"error: with --runner {args.runner}, the workers run on other machines: the input files, "
-                         "--tokenizer_name_or_path and --output_dir must be gs:// paths, got "
-                         f"{[path for path in paths if not is_gcs_path(path)]}.")
+        raise UserError(f"with --runner {args.runner}, the workers run on other machines: the input files, "
+                        "--tokenizer_name_or_path and --output_dir must be gs:// paths, got "
+                        f"{[path for path in paths if not is_gcs_path(path)]}.")
     # Fail before the pipeline starts: the tokenizer loads, the inputs exist and have one known format.
     load_tokenizer(args.tokenizer_name_or_path)
     split_parts = {}
@@ -135,8 +135,8 @@ def run_beam_pipeline(data_files, args):
         files = match_files(patterns)
         formats = {file_builder(path) for path, _ in files}
         if not formats <= {"text", "json", "parquet"} or len(formats) > 1:
-            raise SystemExit(f"error: the {split} files must all be text (.txt), JSON-lines (.jsonl, .json) or "
-                             f"Parquet (.parquet) files, of one format: got {[path for path, _ in files]}.")
+            raise UserError(f"the {split} files must all be text (.txt), JSON-lines (.jsonl, .json) or "
+                            f"Parquet (.parquet) files, of one format: got {[path for path, _ in files]}.")
         split_parts[split] = beam_parts(files, int(args.part_size_mb * 2**20))
         logger.info("%s: %d file(s), %.1f MiB, in %d part(s)", split, len(files),
                     sum(size for _, size in files) / 2**20, len(split_parts[split]))

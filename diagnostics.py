@@ -16,23 +16,20 @@ import os
 import re
 import sys
 
-from utils import local_tpu_chips, open_file
-
-
 def hub_unreachable_error(dataset_name, err):
-    """The SystemExit for a Hub that utils.check_hub_reachable could not reach."""
-    return SystemExit(
-        f"error: cannot reach the dataset {dataset_name!r} on the Hugging Face Hub ({type(err).__name__}).\n"
+    """The message for a Hub that utils.check_hub_reachable could not reach."""
+    return (
+        f"cannot reach the dataset {dataset_name!r} on the Hugging Face Hub ({type(err).__name__}).\n"
         "Without network access, train on local files instead: --train_file (and for the shards --validation_file); "
         "with the Makefile, `make demo DATA=folder/with/train.txt/and/validation.txt`.")
 
 
-def not_utf8_error(path):
-    """The message for a text file that is not valid UTF-8: where its first invalid byte is (which the text
-    reader's error does not say), and how to convert it. Each line decodes on its own: no UTF-8 character holds the
-    byte of "\\n"."""
+def not_utf8_error(path, file):
+    """The message for the text file `path`, open in binary `file` at its start, that is not valid UTF-8: where its
+    first invalid byte is (which the text reader's error does not say), and how to convert it. Each line decodes on
+    its own: no UTF-8 character holds the byte of "\\n"."""
     offset = 0
-    with open_file(path, "rb") as f:
+    with file as f:
         for line_number, line in enumerate(f, start=1):
             try:
                 line.decode("utf-8")
@@ -42,7 +39,7 @@ def not_utf8_error(path):
             offset += len(line)
         else:
             position = "an unknown position"
-    return (f"error: the text file {path!r} is not UTF-8: the first invalid byte is at {position}. The scripts "
+    return (f"the text file {path!r} is not UTF-8: the first invalid byte is at {position}. The scripts "
             "read UTF-8 text only. Convert the file first, e.g. from Latin-1: "
             f"`iconv -f latin1 -t utf-8 {path} > {path}.utf8`, then pass the converted file.")
 
@@ -54,56 +51,56 @@ CREDENTIALS_ADVICE = (
 
 
 def explain_gcs_error(path, bucket, err, *, write=False):
-    """The SystemExit that says what to do about `err`, raised by utils.check_gcs_path while reaching the gs://
+    """The message that says what to do about `err`, raised by utils.check_gcs_path while reaching the gs://
     `path` in `bucket` (no credentials, no such bucket, no permission, no connection); None for another error."""
     from google.api_core import exceptions
     from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError
 
     if isinstance(err, DefaultCredentialsError):
-        return SystemExit(f"error: no Google Cloud credentials found to access {path!r}.\n{CREDENTIALS_ADVICE}")
+        return f"no Google Cloud credentials found to access {path!r}.\n{CREDENTIALS_ADVICE}"
     if isinstance(err, exceptions.NotFound):
-        return SystemExit(
-            f"error: the bucket of {path!r} does not exist. Create it in the region of your TPU, e.g. "
+        return (
+            f"the bucket of {path!r} does not exist. Create it in the region of your TPU, e.g. "
             f"`gcloud storage buckets create gs://{bucket} --location=us-central1`, or correct the path.")
     if isinstance(err, exceptions.Forbidden):
-        return SystemExit(
-            f"error: no permission to {'write to' if write else 'read'} {path!r}: {err.message}\nGive the account "
+        return (
+            f"no permission to {'write to' if write else 'read'} {path!r}: {err.message}\nGive the account "
             "these scripts run as (on a TPU VM, the VM's service account; on a TPU Node, the Cloud TPU service "
             "account too) a role on the bucket that allows it, "
             f"e.g. `gcloud storage buckets add-iam-policy-binding gs://{bucket} --member=serviceAccount:ACCOUNT "
             "--role=roles/storage.objectAdmin`.")
     if isinstance(err, (exceptions.Unauthorized, GoogleAuthError)):
-        return SystemExit(f"error: Cloud Storage refused the credentials used for {path!r}: {err}\n"
-                          f"{CREDENTIALS_ADVICE}")
+        return (f"Cloud Storage refused the credentials used for {path!r}: {err}\n"
+                f"{CREDENTIALS_ADVICE}")
     if isinstance(err, (exceptions.GoogleAPIError, OSError)):  # OSError: requests' connection errors.
-        return SystemExit(f"error: cannot reach Cloud Storage for {path!r}: {err}")
+        return f"cannot reach Cloud Storage for {path!r}: {err}"
     return None
 
 
 def manifest_error(manifest_class, data, path):
-    """The SystemExit saying what is wrong with the manifest in `data` (the bytes of the file at `path`), which
+    """The message saying what is wrong with the manifest in `data` (the bytes of the file at `path`), which
     utils.Manifest.from_json could not read: not JSON, not an object, fields missing or of the wrong kind."""
     advice = "Write the shards again with prepare_tfrecord_shards.py (with --overwrite)."
     try:
         fields = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        return SystemExit(f"error: {path!r} is not valid JSON ({err}): it is damaged. {advice}")
+        return f"{path!r} is not valid JSON ({err}): it is damaged. {advice}"
     if not isinstance(fields, dict):
-        return SystemExit(f"error: {path!r} is not a manifest of prepare_tfrecord_shards.py (a JSON object is "
-                          f"expected). {advice}")
+        return (f"{path!r} is not a manifest of prepare_tfrecord_shards.py (a JSON object is "
+                f"expected). {advice}")
     missing = [field.name for field in dataclasses.fields(manifest_class) if field.name not in fields]
     if not missing and isinstance(fields["shards"], list):
         missing = sorted({f"shards[].{name}" for shard in fields["shards"]
                           for name in ("file", "num_samples", "num_bytes")
                           if not isinstance(shard, dict) or name not in shard})
     if missing:
-        return SystemExit(f"error: {path!r} lacks the field(s) {', '.join(missing)}. {advice}")
-    return SystemExit(f"error: {path!r} is not a manifest of prepare_tfrecord_shards.py: its \"shards\" is not a "
-                      f"list of shards. {advice}")
+        return f"{path!r} lacks the field(s) {', '.join(missing)}. {advice}"
+    return (f"{path!r} is not a manifest of prepare_tfrecord_shards.py: its \"shards\" is not a "
+            f"list of shards. {advice}")
 
 
 def explain_damaged_shards(files):
-    """The SystemExit naming the shards among `files` that TensorFlow cannot read to the end, with where and why
+    """The message naming the shards among `files` that TensorFlow cannot read to the end, with where and why
     ("corrupted record at BYTE": a bad checksum; "truncated record at BYTE": a cut-off file), once its DataLossError
     named none; None when all of them read to the end."""
     import tensorflow as tf
@@ -117,8 +114,8 @@ def explain_damaged_shards(files):
             damaged.append(f"{file} ({reason.group(0) if reason else 'unreadable'})")
     if not damaged:
         return None
-    return SystemExit(
-        f"error: {len(damaged)} shard(s) cannot be read, they are damaged or truncated: {', '.join(damaged)}. "
+    return (
+        f"{len(damaged)} shard(s) cannot be read, they are damaged or truncated: {', '.join(damaged)}. "
         "Copy the shards again, or write them again with prepare_tfrecord_shards.py (with --overwrite).")
 
 
@@ -217,7 +214,7 @@ def explain_unusable_tpu(chips, error, build, holders):
     elif cause is None:
         cause = (f"TensorFlow failed to start it: {type(error).__name__}: {error}\n"
                  "Check the installation with `python utils.py check-tpu`.")
-    return (f"error: this machine has TPU chips ({describe_chips(chips)}), but TensorFlow cannot use them: {cause}\n"
+    return (f"this machine has TPU chips ({describe_chips(chips)}), but TensorFlow cannot use them: {cause}\n"
             "To train on this machine's CPU instead (much slower), pass --no_tpu.")
 
 
@@ -226,19 +223,20 @@ def explain_tpu_error(tpu_name, chips, error, root="/"):
     `chips` (utils.local_tpu_chips) and the `error` raised."""
     if tpu_name == "local" and chips:
         return explain_unusable_tpu(chips, error, tensorflow_build(), tpu_holders(root))
-    return (f"error: cannot use the TPU {tpu_name!r}: {type(error).__name__}: {error}\n"
+    return (f"cannot use the TPU {tpu_name!r}: {type(error).__name__}: {error}\n"
             + ("This machine has no TPU chips: --tpu_name local works on a TPU VM only. " if tpu_name == "local" else
                "Check the name, --tpu_zone and --gcp_project, and that the TPU is READY "
                "(`gcloud compute tpus tpu-vm list`). ")
             + "To train on GPUs or the CPU instead, leave out --tpu_name or pass --no_tpu.")
 
 
-def check_tpu_setup(root="/"):
-    """What `python utils.py check-tpu` prints on a TPU VM: the TensorFlow build and libtpu installed, the TPU chips
-    of this machine, and whether TensorFlow starts them. Returns the exit status: 0 when all is well."""
+def check_tpu_setup(chips, root="/"):
+    """What `python utils.py check-tpu` prints on a TPU VM: the TensorFlow build and libtpu installed, this machine's
+    TPU `chips` (utils.local_tpu_chips), and whether TensorFlow starts them. Returns the exit status: 0 when all is
+    well."""
     from importlib import metadata
 
-    build, chips = tensorflow_build(), local_tpu_chips(root)
+    build = tensorflow_build()
     try:
         libtpu = f"libtpu {metadata.version('libtpu')}"
     except metadata.PackageNotFoundError:  # Google's tpu-vm-tf-* images ship it as a plain file.
@@ -261,19 +259,20 @@ def check_tpu_setup(root="/"):
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
     except Exception as err:  # Each TPU set-up failure has its own type.
-        print(explain_unusable_tpu(chips, err, build, tpu_holders(root)))
+        print(f"error: {explain_unusable_tpu(chips, err, build, tpu_holders(root))}")
         return 1
     print(f"TPU build of TensorFlow {build.version} ({build.distribution}), {libtpu}: {describe_chips(chips)}, "
           f"{len(tf.config.list_logical_devices('TPU'))} TPU devices started.")
     return 0
 
 
-def main():
+def main(chips):
+    """`python utils.py check-tpu`; `chips`: this machine's TPU chips (utils.local_tpu_chips)."""
     parser = argparse.ArgumentParser(description="Checks of the set-up. `check-tpu`: on a TPU VM, whether the "
                                                  "TensorFlow installed drives its TPU.")
     parser.add_argument("check", choices=["check-tpu"])
     parser.parse_args()
-    sys.exit(check_tpu_setup())
+    sys.exit(check_tpu_setup(chips))
 
 
 if __name__ == "__main__":

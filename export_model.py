@@ -18,13 +18,14 @@ import argparse
 import logging
 import os
 import shutil
+import sys
 
 import tensorflow as tf
 import transformers
 from transformers import TFAutoModelForMaskedLM
 
-from utils import (PYTORCH_SUBFOLDER, check_gcs_path, check_output_dir, load_config, load_tokenizer, local_copy,
-                   save_folder, save_pytorch_copy)
+from utils import (PYTORCH_SUBFOLDER, UserError, check_gcs_path, check_output_dir, load_config, load_tokenizer,
+                   local_copy, save_folder, save_pytorch_copy)
 
 logger = logging.getLogger("export_model")
 
@@ -47,7 +48,7 @@ def main(args):
     check_gcs_path(args.source)
     check_gcs_path(args.output_dir, write=True)
     if not tf.io.gfile.isdir(args.source):
-        raise SystemExit(f"error: SOURCE {args.source!r} is not a folder. {PASS_A_MODEL_FOLDER}")
+        raise UserError(f"SOURCE {args.source!r} is not a folder. {PASS_A_MODEL_FOLDER}")
     check_output_dir(args.output_dir, args.overwrite)
     if tf.io.gfile.exists(os.path.join(args.source, "tf_model.h5")):
         write, origin = from_model_folder(args.source)
@@ -83,16 +84,16 @@ def from_last_checkpoint(source):
     checkpoint_dir = source if is_checkpoint_dir else os.path.join(source, "checkpoints")
     checkpoint = tf.train.latest_checkpoint(checkpoint_dir)
     if checkpoint is None:
-        raise SystemExit(f"error: {source!r} is neither a model folder (it has no tf_model.h5) nor the --output_dir "
-                         "of a run_mlm.py run with a checkpoint (it has no checkpoints/checkpoint). Pass a folder "
-                         "saved by run_mlm.py or run_classification.py, or a run_mlm.py --output_dir once its first "
-                         "checkpoint is saved (every --checkpoint_every_steps).")
+        raise UserError(f"{source!r} is neither a model folder (it has no tf_model.h5) nor the --output_dir "
+                        "of a run_mlm.py run with a checkpoint (it has no checkpoints/checkpoint). Pass a folder "
+                        "saved by run_mlm.py or run_classification.py, or a run_mlm.py --output_dir once its first "
+                        "checkpoint is saved (every --checkpoint_every_steps).")
     config_dir = os.path.join(checkpoint_dir, "config")
     if not tf.io.gfile.exists(os.path.join(config_dir, "config.json")):
-        raise SystemExit(f"error: the run in {source!r} has checkpoints but not the config and tokenizer they belong "
-                         f"to ({config_dir}), which run_mlm.py saves when a run starts or resumes. Run the same "
-                         "run_mlm.py command again: it resumes from the last checkpoint and saves them; then stop it "
-                         "(Ctrl-C) or let it finish.")
+        raise UserError(f"the run in {source!r} has checkpoints but not the config and tokenizer they belong "
+                        f"to ({config_dir}), which run_mlm.py saves when a run starts or resumes. Run the same "
+                        "run_mlm.py command again: it resumes from the last checkpoint and saves them; then stop it "
+                        "(Ctrl-C) or let it finish.")
     tokenizer = load_tokenizer(config_dir, "SOURCE", PASS_A_MODEL_FOLDER)
     model = TFAutoModelForMaskedLM.from_config(load_config(config_dir, "SOURCE", PASS_A_MODEL_FOLDER))
     model.build_in_name_scope()
@@ -110,4 +111,7 @@ def from_last_checkpoint(source):
 
 
 if __name__ == "__main__":
-    main(parse_args())
+    try:
+        main(parse_args())
+    except UserError as err:  # Bad input: its message alone, without a traceback.
+        sys.exit(f"error: {err}")

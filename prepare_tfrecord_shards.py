@@ -38,6 +38,7 @@ import logging
 import multiprocessing
 import os
 import struct
+import sys
 import time
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -48,9 +49,9 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, SHARD_NAME, TOKEN_COUNTS_NAME, Manifest,
-                   add_corpus_arguments, check_gcs_path, check_output_dir, data_files_format, delete, exists,
-                   file_size, is_gcs_path, iter_text_file_batches, local_copy, open_file, positive_int, rename,
-                   text_batches, vocabulary_fingerprint)
+                   UserError, add_corpus_arguments, check_gcs_path, check_output_dir, data_files_format, delete,
+                   exists, file_size, is_gcs_path, iter_text_file_batches, local_copy, open_file, positive_int,
+                   rename, text_batches, vocabulary_fingerprint)
 from utils import load_tokenizer as load_auto_tokenizer
 
 logger = logging.getLogger("prepare_tfrecord_shards")
@@ -126,8 +127,8 @@ def main():
     check_output_dir(args.output_dir, args.overwrite)
     if args.runner:
         if not data_files:
-            raise SystemExit("error: with --runner, pass input files (--train_file, --validation_file, --test_file; "
-                             "globs allowed): the Beam pipeline does not read Hub datasets.")
+            raise UserError("with --runner, pass input files (--train_file, --validation_file, --test_file; "
+                            "globs allowed): the Beam pipeline does not read Hub datasets.")
         from beam_pipeline import run_beam_pipeline  # Only here: Beam is installed for --runner alone.
 
         manifests = run_beam_pipeline(data_files, args)
@@ -204,8 +205,8 @@ def load_tokenizer(name_or_path):
             return tokenizer, tokenizer.get_vocab_size(with_added_tokens=True)
     tokenizer = load_auto_tokenizer(name_or_path, "--tokenizer_name_or_path")
     if not tokenizer.is_fast:
-        raise SystemExit(f"error: {name_or_path!r} has no fast (🤗 Tokenizers) version; train one with "
-                         "train_unigram.py.")
+        raise UserError(f"{name_or_path!r} has no fast (🤗 Tokenizers) version; train one with "
+                        "train_unigram.py.")
     return tokenizer.backend_tokenizer, len(tokenizer)
 
 
@@ -397,8 +398,8 @@ def finish_split(split, split_dir, parts, token_counts, tokenizer, vocab_size, a
     num_samples = sum(shard["num_samples"] for part in parts for shard in part["shards"])
     num_texts, dropped_tokens = (sum(part[name] for part in parts) for name in ("num_texts", "dropped_tokens"))
     if num_samples == 0:
-        raise SystemExit(f"error: the {split} split gave no sample of {args.max_length} tokens ({num_texts} "
-                         f"non-empty texts, {dropped_tokens} tokens). Give it more text, or lower --max_length.")
+        raise UserError(f"the {split} split gave no sample of {args.max_length} tokens ({num_texts} "
+                        f"non-empty texts, {dropped_tokens} tokens). Give it more text, or lower --max_length.")
     shards = []
     for shard in (shard for part in parts for shard in part["shards"]):
         name = SHARD_NAME.format(index=len(shards), num_samples=shard["num_samples"])
@@ -474,9 +475,9 @@ def write_parts_in_processes(split, parts, tokenizer, vocab_size, split_dir, arg
                 for future in done:
                     results[futures[future]] = future.result()  # Raises the worker's error, if any.
         except BrokenProcessPool as error:
-            raise SystemExit(f"error: a worker process writing the {split} split ended abruptly (killed, or out of "
-                             "memory?); the split is left INCOMPLETE. Run again with --overwrite (with fewer "
-                             "--num_workers if memory ran out).") from error
+            raise UserError(f"a worker process writing the {split} split ended abruptly (killed, or out of "
+                            "memory?); the split is left INCOMPLETE. Run again with --overwrite (with fewer "
+                            "--num_workers if memory ran out).") from error
         finally:
             stop.set()  # After a failure (or Ctrl-C), the other workers stop at their next batch.
     return results
@@ -507,4 +508,7 @@ def write_text_part(part, files, tokenizer, vocab_size, split_dir, args):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except UserError as err:  # Bad input: its message alone, without a traceback.
+        sys.exit(f"error: {err}")

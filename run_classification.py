@@ -32,9 +32,9 @@ import tensorflow as tf
 import tf_keras as keras
 from transformers import TFAutoModelForSequenceClassification, create_optimizer
 
-from utils import (add_hardware_arguments, check_max_length, check_output_dir, count_hosts, data_files_format,
-                   fraction, load_config, load_tokenizer, local_copy, positive_int, save_folder, save_pytorch_copy,
-                   set_up_training, strategy_name, write_model_card)
+from utils import (UserError, add_hardware_arguments, check_max_length, check_output_dir, count_hosts,
+                   data_files_format, fraction, load_config, load_tokenizer, local_copy, positive_int, save_folder,
+                   save_pytorch_copy, set_up_training, strategy_name, write_model_card)
 
 logger = logging.getLogger("run_classification")
 
@@ -178,8 +178,8 @@ def train(args, strategy, trainer, encoded, global_batch_size):
     returns that epoch (counted from 1) and the per-epoch history."""
     steps_per_epoch = len(encoded["train"][1]) // global_batch_size
     if steps_per_epoch == 0:
-        raise SystemExit(f"error: the {len(encoded['train'][1])} training examples do not fill one global batch of "
-                         f"{global_batch_size}. Lower --per_replica_batch_size.")
+        raise UserError(f"the {len(encoded['train'][1])} training examples do not fill one global batch of "
+                        f"{global_batch_size}. Lower --per_replica_batch_size.")
     total_steps = steps_per_epoch * args.num_epochs
     with strategy.scope():
         optimizer, _ = create_optimizer(init_lr=args.learning_rate, num_train_steps=total_steps,
@@ -235,28 +235,28 @@ def load_splits(args):
                 splits[split] = datasets.load_dataset(builder, data_files=files, split="train")
             except datasets.exceptions.DatasetGenerationError as err:  # Not parsable, not even a header row.
                 reason = err.__cause__ or err
-                raise SystemExit(f"error: cannot read the {split} file {paths[split]!r}: {reason}") from err
+                raise UserError(f"cannot read the {split} file {paths[split]!r}: {reason}") from err
             except ValueError as err:  # How 🤗 Datasets says that a file holds a header but no rows.
-                raise SystemExit(f"error: the {split} file {paths[split]!r} holds no examples ({err}).") from err
+                raise UserError(f"the {split} file {paths[split]!r} holds no examples ({err}).") from err
     else:
         try:
             hub_splits = datasets.load_dataset(args.dataset_name, args.dataset_config)
         except (ConnectionError, FileNotFoundError, ValueError) as err:
-            raise SystemExit(f"error: could not load the dataset {args.dataset_name!r} from the Hub: {err}\n"
-                             "Check the name, or pass local files instead (--train_file ...).") from err
+            raise UserError(f"could not load the dataset {args.dataset_name!r} from the Hub: {err}\n"
+                            "Check the name, or pass local files instead (--train_file ...).") from err
         if "train" not in hub_splits:
-            raise SystemExit(f"error: the dataset {args.dataset_name!r} has no train split; it has "
-                             f"{sorted(hub_splits)}.")
+            raise UserError(f"the dataset {args.dataset_name!r} has no train split; it has "
+                            f"{sorted(hub_splits)}.")
         splits = {split: hub_splits[split] for split in SPLITS if split in hub_splits}
 
     columns = {}
     for split, dataset in splits.items():
         for column, flag in ((args.text_column, "--text_column"), (args.label_column, "--label_column")):
             if column not in dataset.column_names:
-                raise SystemExit(f"error: the {split} data has no column {column!r}; its columns are "
-                                 f"{dataset.column_names}. Choose one with {flag}.")
+                raise UserError(f"the {split} data has no column {column!r}; its columns are "
+                                f"{dataset.column_names}. Choose one with {flag}.")
         if len(dataset) == 0:
-            raise SystemExit(f"error: the {split} data is empty.")
+            raise UserError(f"the {split} data is empty.")
         labels = dataset[args.label_column]
         label_feature = dataset.features[args.label_column]
         if isinstance(label_feature, datasets.ClassLabel):  # Integers, named in the features; -1: no label.
@@ -266,8 +266,8 @@ def load_splits(args):
         rows = [(str(text), str(label)) for text, label in zip(dataset[args.text_column], labels)
                 if label is not None and label == label and str(label).strip()]  # A float NaN is != itself.
         if not rows:
-            raise SystemExit(f"error: the {split} data has no label in any of its {len(labels)} rows: its column "
-                             f"{args.label_column!r} is empty. Check --label_column, or fill in the labels.")
+            raise UserError(f"the {split} data has no label in any of its {len(labels)} rows: its column "
+                            f"{args.label_column!r} is empty. Check --label_column, or fill in the labels.")
         if len(rows) < len(labels):
             logger.warning("The %s data has %d row(s) of %d without a label (column %r empty): they are left out.",
                            split, len(labels) - len(rows), len(labels), args.label_column)
@@ -279,14 +279,14 @@ def check_labels(columns):
     """The label names, sorted, from the training data; every other split may only use those."""
     label_names = sorted(set(columns["train"][1]))
     if len(label_names) < 2:
-        raise SystemExit(f"error: the training data has one label only ({label_names[0]!r}): classification needs "
-                         "at least two. Check --label_column.")
+        raise UserError(f"the training data has one label only ({label_names[0]!r}): classification needs "
+                        "at least two. Check --label_column.")
     for split, (_, labels) in columns.items():
         unknown = sorted(set(labels) - set(label_names))
         if unknown:
-            raise SystemExit(f"error: the {split} data has labels that the training data does not: "
-                             f"{unknown[:10]}{' ...' if len(unknown) > 10 else ''}. A model cannot learn a label it "
-                             "never sees in training: add examples of it to the training data, or remove it.")
+            raise UserError(f"the {split} data has labels that the training data does not: "
+                            f"{unknown[:10]}{' ...' if len(unknown) > 10 else ''}. A model cannot learn a label it "
+                            "never sees in training: add examples of it to the training data, or remove it.")
     return label_names
 
 
@@ -314,9 +314,9 @@ def sample_per_label(labels, examples_per_label, seed):
     for label in sorted(set(labels)):  # Python strings, so that the error message shows the label as written.
         indices = np.flatnonzero(label_array == label)
         if len(indices) < examples_per_label:
-            raise SystemExit(f"error: the label {label!r} has {len(indices)} training examples (after the "
-                             f"validation split), fewer than --examples_per_label {examples_per_label}. Lower "
-                             "--examples_per_label, or add examples of that label.")
+            raise UserError(f"the label {label!r} has {len(indices)} training examples (after the "
+                            f"validation split), fewer than --examples_per_label {examples_per_label}. Lower "
+                            "--examples_per_label, or add examples of that label.")
         sample.extend(rng.choice(indices, examples_per_label, replace=False))
     return sorted(sample)
 
@@ -366,8 +366,8 @@ def refuse_an_unfinished_pretraining_run(path):
     if latest is None:
         return
     step = int(latest.rsplit("-", 1)[1])  # run_mlm.py numbers its checkpoints by step.
-    raise SystemExit(
-        f"error: {path!r} holds a pre-training run that did not finish: checkpoints (the latest at step {step}) "
+    raise UserError(
+        f"{path!r} holds a pre-training run that did not finish: checkpoints (the latest at step {step}) "
         "but no saved model. Finish it by running the same run_mlm.py command again, then pass this folder; or "
         f"turn its latest checkpoint into a model folder with `python export_model.py {path} --output_dir "
         "NEW_FOLDER` and pass --model_name_or_path NEW_FOLDER.")
@@ -378,17 +378,17 @@ def classification_config(args, label_names, tokenizer):
     config = load_config(args.model_name_or_path, "--model_name_or_path", PASS_A_MODEL_FOLDER)
     architectures = config.architectures or []
     if not any(name.endswith(("ForMaskedLM", "ForSequenceClassification")) for name in architectures):
-        raise SystemExit(f"error: {args.model_name_or_path!r} holds a {architectures or config.model_type} model, "
-                         f"not a masked-LM or sequence-classification model. {PASS_A_MODEL_FOLDER}")
+        raise UserError(f"{args.model_name_or_path!r} holds a {architectures or config.model_type} model, "
+                        f"not a masked-LM or sequence-classification model. {PASS_A_MODEL_FOLDER}")
     label2id = {label: i for i, label in enumerate(label_names)}
     is_classifier = any(name.endswith("ForSequenceClassification") for name in architectures)
     if is_classifier and not args.from_scratch and config.label2id != label2id:
-        raise SystemExit(f"error: {args.model_name_or_path!r} is a classification model for other labels "
-                         f"({sorted(config.label2id)[:5]} ...). Pass the masked-LM folder it was fine-tuned from.")
+        raise UserError(f"{args.model_name_or_path!r} is a classification model for other labels "
+                        f"({sorted(config.label2id)[:5]} ...). Pass the masked-LM folder it was fine-tuned from.")
     check_max_length(config, args.max_length)
     if len(tokenizer) > config.vocab_size:
-        raise SystemExit(f"error: the tokenizer of {args.model_name_or_path!r} has {len(tokenizer)} tokens, the "
-                         f"model only {config.vocab_size}: they do not belong together.")
+        raise UserError(f"the tokenizer of {args.model_name_or_path!r} has {len(tokenizer)} tokens, the "
+                        f"model only {config.vocab_size}: they do not belong together.")
     config.update(dict(num_labels=len(label_names), id2label=dict(enumerate(label_names)), label2id=label2id))
     return config
 
@@ -525,4 +525,7 @@ def save(args, model, tokenizer, results):
 
 
 if __name__ == "__main__":
-    main(parse_args())
+    try:
+        main(parse_args())
+    except UserError as err:  # Bad input: its message alone, without a traceback.
+        sys.exit(f"error: {err}")

@@ -150,8 +150,8 @@ def main(args):
     # The data and the config, checked before anything is built: mistakes cost seconds, not minutes.
     tokenizer = load_tokenizer(args.tokenizer, "--tokenizer")
     if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
-        raise SystemExit(f"error: the tokenizer {args.tokenizer!r} has no mask or pad token; train one with "
-                         "train_unigram.py.")
+        raise UserError(f"the tokenizer {args.tokenizer!r} has no mask or pad token; train one with "
+                        "train_unigram.py.")
     train_files, train_sizes = find_shards(args.train_dataset, args.max_length, tokenizer, args.tokenizer)
     eval_files, eval_sizes = find_shards(args.eval_dataset, args.max_length, tokenizer, args.tokenizer) \
         if args.eval_dataset else ([], [])
@@ -589,8 +589,8 @@ def find_shards(path, max_length, tokenizer=None, tokenizer_name=None):
         refuse_an_interrupted_split(folder)
         manifest_path = None
     if not files:
-        raise SystemExit(f"error: no .tfrecord shard found at {path!r}. Check the path, or write shards there "
-                         "with prepare_tfrecord_shards.py.")
+        raise UserError(f"no .tfrecord shard found at {path!r}. Check the path, or write shards there "
+                        "with prepare_tfrecord_shards.py.")
     if manifest_path:
         with tf.io.gfile.GFile(manifest_path, "rb") as f:
             manifest = Manifest.from_json(f.read(), manifest_path)
@@ -603,15 +603,15 @@ def find_shards(path, max_length, tokenizer=None, tokenizer_name=None):
                        "Transformers example have none).", path, MANIFEST_NAME)
         matches = [SHARD_NAME_PATTERN.search(os.path.basename(file)) for file in files]
         if not all(matches):
-            raise SystemExit(f"error: cannot count the samples of the shards at {path!r}: there is no "
-                             f"{MANIFEST_NAME}, and not every file is named dataset-INDEX-NUM_SAMPLES.tfrecord.")
+            raise UserError(f"cannot count the samples of the shards at {path!r}: there is no "
+                            f"{MANIFEST_NAME}, and not every file is named dataset-INDEX-NUM_SAMPLES.tfrecord.")
         sizes = [int(match.group(2)) for match in matches]
         with damaged_shards_named(files[:1]):
             record = next(iter(tf.data.TFRecordDataset(files[0]).take(1))).numpy()
         shard_max_length = len(tf.train.Example.FromString(record).features.feature["input_ids"].int64_list.value)
     if shard_max_length != max_length:
-        raise SystemExit(f"error: the shards at {path!r} hold samples of {shard_max_length} tokens, but "
-                         f"--max_length is {max_length}. Pass --max_length {shard_max_length}, or write new shards.")
+        raise UserError(f"the shards at {path!r} hold samples of {shard_max_length} tokens, but "
+                        f"--max_length is {max_length}. Pass --max_length {shard_max_length}, or write new shards.")
     return files, sizes
 
 
@@ -622,21 +622,21 @@ def refuse_shards_that_are_not_the_manifests(path, files, manifest, manifest_pat
     listed = {shard["file"]: shard for shard in manifest.shards}
     unlisted = [file for file in files if os.path.basename(file) not in listed]
     if unlisted:
-        raise SystemExit(f"error: {unlisted[0]!r} is not listed in {manifest_path!r}: the folder mixes shards of "
-                         "different runs. Write the shards again into an empty folder.")
+        raise UserError(f"{unlisted[0]!r} is not listed in {manifest_path!r}: the folder mixes shards of "
+                        "different runs. Write the shards again into an empty folder.")
     wrong = [f"{file} ({size} bytes, {listed[os.path.basename(file)]['num_bytes']} expected)" for file in files
              if (size := tf.io.gfile.stat(file).length) != listed[os.path.basename(file)]["num_bytes"]]
     if wrong:
-        raise SystemExit(f"error: {len(wrong)} shard(s) do not have the size that {manifest_path!r} records, so "
-                         f"they are truncated or damaged (an interrupted copy?): {', '.join(wrong)}. Copy the "
-                         "shards again, or write them again with prepare_tfrecord_shards.py (with --overwrite).")
+        raise UserError(f"{len(wrong)} shard(s) do not have the size that {manifest_path!r} records, so "
+                        f"they are truncated or damaged (an interrupted copy?): {', '.join(wrong)}. Copy the "
+                        "shards again, or write them again with prepare_tfrecord_shards.py (with --overwrite).")
     if tokenizer is not None and (manifest.vocab_size != len(tokenizer) or manifest.vocabulary_fingerprint
                                   != vocabulary_fingerprint(tokenizer.backend_tokenizer)):
         difference = (f"a vocabulary of {manifest.vocab_size} tokens, but --tokenizer {tokenizer_name!r} has "
                       f"{len(tokenizer)}" if manifest.vocab_size != len(tokenizer) else
                       f"a vocabulary of the same size as that of --tokenizer {tokenizer_name!r}, but other tokens")
-        raise SystemExit(
-            f"error: the shards at {path!r} were written with the tokenizer {manifest.tokenizer!r}, {difference}: "
+        raise UserError(
+            f"the shards at {path!r} were written with the tokenizer {manifest.tokenizer!r}, {difference}: "
             "their token ids mean other tokens for this model. Pass the tokenizer the shards were written with "
             f"(--tokenizer {manifest.tokenizer}), or write the shards again with this one "
             f"(prepare_tfrecord_shards.py --tokenizer_name_or_path {tokenizer_name} --overwrite ...).")
@@ -648,8 +648,8 @@ def refuse_an_interrupted_split(folder):
     leftovers = [name for name in (INCOMPLETE_MARKER_NAME, "*.tfrecord.tmp")
                  if tf.io.gfile.glob(os.path.join(folder, name))]
     if leftovers:
-        raise SystemExit(
-            f"error: the shards at {folder!r} are incomplete: prepare_tfrecord_shards.py was interrupted while "
+        raise UserError(
+            f"the shards at {folder!r} are incomplete: prepare_tfrecord_shards.py was interrupted while "
             f"writing them (the folder holds {' and '.join(leftovers)}, and no {MANIFEST_NAME}). Run "
             "prepare_tfrecord_shards.py again, with --overwrite, and let it finish.")
 
@@ -663,7 +663,10 @@ def damaged_shards_named(files):
     except tf.errors.DataLossError as error:
         from diagnostics import explain_damaged_shards
 
-        raise explain_damaged_shards(files) or error
+        message = explain_damaged_shards(files)
+        if message is None:
+            raise
+        raise UserError(message) from error
 
 
 def check_paths_for_pod(args, num_hosts):
@@ -674,14 +677,14 @@ def check_paths_for_pod(args, num_hosts):
         return
     local_shards = [path for path in (args.train_dataset, args.eval_dataset) if path and not is_gcs_path(path)]
     if local_shards and not args.shards_on_every_host:
-        raise SystemExit(
-            f"error: this TPU has {num_hosts} hosts, and each reads its own shards, but {local_shards[0]!r} is a "
+        raise UserError(
+            f"this TPU has {num_hosts} hosts, and each reads its own shards, but {local_shards[0]!r} is a "
             "local path, which the other hosts cannot see. Copy the shards to a bucket (`gcloud storage cp -r "
             f"{local_shards[0]} gs://BUCKET/...`) and pass the gs:// path; or, if you copied them to this same path "
             "on every host, pass --shards_on_every_host.")
     if not is_gcs_path(args.output_dir):
-        raise SystemExit(f"error: this TPU has {num_hosts} hosts, and each saves its own part of every checkpoint, "
-                         f"but --output_dir {args.output_dir!r} is a local path. Pass a gs:// folder.")
+        raise UserError(f"this TPU has {num_hosts} hosts, and each saves its own part of every checkpoint, "
+                        f"but --output_dir {args.output_dir!r} is a local path. Pass a gs:// folder.")
 
 
 def distributed_datasets(args, strategy, plan, tokenizer, train_files, eval_files):
@@ -719,7 +722,7 @@ def model_config(args, tokenizer):
         try:
             config.update_from_string(args.config_overrides)
         except ValueError as err:
-            raise SystemExit(f"error: bad --config_overrides {args.config_overrides!r}: {err}") from err
+            raise UserError(f"bad --config_overrides {args.config_overrides!r}: {err}") from err
     if config.model_type not in ARCHITECTURES:
         logger.warning("%s is not among the architectures tested with this pipeline (README, \"Architectures\"): it "
                        "may fail at its first step, and it gets no PyTorch copy.", config.model_type)
@@ -777,20 +780,20 @@ def plan_training(args, strategy, train_sizes, eval_sizes):
 
     def steps(sizes, batch_size, what):
         if len(sizes) < num_hosts:
-            raise SystemExit(f"error: {num_hosts} hosts need at least {num_hosts} shard files, one per host, but "
-                             f"there are {len(sizes)}. Write the shards again with a smaller --shard_size.")
+            raise UserError(f"{num_hosts} hosts need at least {num_hosts} shard files, one per host, but "
+                            f"there are {len(sizes)}. Write the shards again with a smaller --shard_size.")
         count = min(sum(sizes[host::num_hosts]) for host in range(num_hosts)) // batch_size // replicas_per_host
         if count == 0:
-            raise SystemExit(f"error: the {sum(sizes)} {what} samples do not fill one global batch of "
-                             f"{batch_size * strategy.num_replicas_in_sync}. Lower --per_replica_batch_size, or "
-                             "prepare more data.")
+            raise UserError(f"the {sum(sizes)} {what} samples do not fill one global batch of "
+                            f"{batch_size * strategy.num_replicas_in_sync}. Lower --per_replica_batch_size, or "
+                            "prepare more data.")
         return count
 
     steps_per_epoch = steps(train_sizes, batch_per_replica_step, "training")
     total_steps = args.max_steps or args.num_epochs * steps_per_epoch
     warmup_steps = args.warmup_steps if args.warmup_steps is not None else int(args.warmup_ratio * total_steps)
     if warmup_steps >= total_steps:
-        raise SystemExit(f"error: {warmup_steps} warmup steps leave nothing of the {total_steps} steps.")
+        raise UserError(f"{warmup_steps} warmup steps leave nothing of the {total_steps} steps.")
     return TrainingPlan(
         num_hosts=num_hosts, replicas_per_host=replicas_per_host, batch_per_replica_step=batch_per_replica_step,
         global_batch_size=batch_per_replica_step * strategy.num_replicas_in_sync, train_samples=sum(train_sizes),
@@ -833,8 +836,8 @@ def check_where_the_run_starts(args, plan, recorded, is_chief):
     latest = None if args.overwrite else tf.train.latest_checkpoint(os.path.join(args.output_dir, "checkpoints"))
     step = latest and int(latest.rsplit("-", 1)[1])  # Checkpoints are numbered by their step.
     if latest and recorded.get("global_batch_size", plan.global_batch_size) != plan.global_batch_size:
-        raise SystemExit(
-            f"error: {args.output_dir!r} holds a run, checkpointed at step {step}, that trained on global batches "
+        raise UserError(
+            f"{args.output_dir!r} holds a run, checkpointed at step {step}, that trained on global batches "
             f"of {recorded['global_batch_size']} samples ({recorded['per_replica_batch_size']} per replica x "
             f"{recorded['num_replicas']} replicas x {recorded['gradient_accumulation_steps']} accumulation steps), "
             f"but this command's global batch is {plan.global_batch_size}. Its steps, learning-rate schedule and "
@@ -842,8 +845,8 @@ def check_where_the_run_starts(args, plan, recorded, is_chief):
             "(--per_replica_batch_size x replicas x --gradient_accumulation_steps); to train with this one, start "
             "over with --overwrite, or choose another --output_dir.")
     if latest and step > plan.total_steps:
-        raise SystemExit(
-            f"error: {args.output_dir!r} holds an unfinished run, checkpointed at step {step}, beyond the "
+        raise UserError(
+            f"{args.output_dir!r} holds an unfinished run, checkpointed at step {step}, beyond the "
             f"{plan.total_steps} steps this command asks for. To finish it, run it with --max_steps {step} or more "
             "(or as many --num_epochs as it had); to start over, pass --overwrite.")
     return True
@@ -906,9 +909,9 @@ class CheckpointAndStop(keras.callbacks.Callback):
     def finish(self, step):
         """After training: exits after a NaN loss or a stop signal, else saves the last step's checkpoint."""
         if self.diverged_at_step is not None:
-            raise SystemExit(f"error: the loss became NaN or infinite at step {self.diverged_at_step}. The last "
-                             f"good checkpoint, {self.manager.latest_checkpoint}, is kept. Lower --learning_rate "
-                             "or raise --warmup_steps, then run the same command again to resume from it.")
+            raise UserError(f"the loss became NaN or infinite at step {self.diverged_at_step}. The last "
+                            f"good checkpoint, {self.manager.latest_checkpoint}, is kept. Lower --learning_rate "
+                            "or raise --warmup_steps, then run the same command again to resume from it.")
         if step > self.last_saved_step:
             self.save(step)  # The final step, whatever the interval.
         if not self.is_chief:
@@ -1042,4 +1045,7 @@ only those whose input was `<mask>`, for the model and for a table of the traini
 
 
 if __name__ == "__main__":
-    main(parse_args())
+    try:
+        main(parse_args())
+    except UserError as err:  # Bad input: its message alone, without a traceback.
+        sys.exit(f"error: {err}")

@@ -32,13 +32,15 @@ import logging
 import math
 import os
 import random
+import sys
 import time
 
 import sentencepiece as spm
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
-from utils import add_corpus_arguments, check_gcs_path, check_output_dir, positive_int, save_folder, text_batches
+from utils import (UserError, add_corpus_arguments, check_gcs_path, check_output_dir, positive_int, save_folder,
+                   text_batches)
 
 logger = logging.getLogger("train_unigram")
 
@@ -249,8 +251,8 @@ def main():
     read_start = time.perf_counter()
     first = next(batches, None)
     if first is None:
-        raise SystemExit("error: the input holds no text (every record is empty or whitespace). "
-                         "Check --train_file / --dataset_name and --text_column.")
+        raise UserError("the input holds no text (every record is empty or whitespace). "
+                        "Check --train_file / --dataset_name and --text_column.")
     batches = itertools.chain([first], batches)
     if args.sample_size:
         sample, num_read = reservoir_sample(batches, args.sample_size, args.seed)
@@ -273,8 +275,8 @@ def main():
     vocab_size = tokenizer.get_vocab_size()
     # An error, not a warning: every later step (shards, model size) would follow the smaller vocabulary unseen.
     if vocab_size < args.vocab_size:
-        raise SystemExit(
-            f"error: the corpus could not give a vocabulary of {args.vocab_size} tokens, only {vocab_size} (special "
+        raise UserError(
+            f"the corpus could not give a vocabulary of {args.vocab_size} tokens, only {vocab_size} (special "
             f"tokens included): its {num_texts} texts are too little text for more. Nothing was saved. Train on more "
             f"text (a larger --limit or --sample_size, if you set one), or pass --vocab_size {vocab_size} to train "
             "on this corpus.")
@@ -288,4 +290,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except UserError as err:  # Bad input: its message alone, without a traceback.
+        sys.exit(f"error: {err}")

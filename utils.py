@@ -81,7 +81,7 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data, path):
-        """The manifest in `data` (the bytes of the file at `path`), or SystemExit saying what is wrong with it."""
+        """The manifest in `data` (the bytes of the file at `path`), or UserError saying what is wrong with it."""
         try:
             fields = json.loads(data)
             if all(shard.keys() >= {"file", "num_samples", "num_bytes"} for shard in fields["shards"]):
@@ -90,7 +90,7 @@ class Manifest:
             pass
         from diagnostics import manifest_error
 
-        raise manifest_error(cls, data, path)
+        raise UserError(manifest_error(cls, data, path))
 
 
 def vocabulary_fingerprint(tokenizer):
@@ -151,7 +151,10 @@ def check_gcs_path(path, *, write=False):
     except Exception as err:
         from diagnostics import explain_gcs_error
 
-        raise explain_gcs_error(path, bucket, err, write=write) or err
+        message = explain_gcs_error(path, bucket, err, write=write)
+        if message is None:
+            raise
+        raise UserError(message) from err
 
 
 def open_file(path, mode="rb"):
@@ -224,7 +227,7 @@ def local_copy(path):
     bucket, prefix = gcs_folder(path)
     files = [blob for blob in bucket.list_blobs(prefix=prefix, delimiter="/") if not blob.name.endswith("/")]
     if not files:
-        raise SystemExit(f"error: there is no file at {path!r}.")
+        raise UserError(f"there is no file at {path!r}.")
     for blob in files:
         blob.download_to_filename(os.path.join(local_dir, blob.name[len(prefix):]))
     return local_dir
@@ -274,8 +277,8 @@ def text_batches(*, text_column, batch_size, limit=None, data_files=None, datase
     file_format = data_files_format(data_files) if data_files else None  # Every file checked, once.
     if file_format == "text":
         if text_column != "text":  # As 🤗 Datasets' "text" builder, whose only column is "text".
-            raise SystemExit(f"error: the data has no column {text_column!r}; its columns are ['text']. "
-                             "Choose one with --text_column.")
+            raise UserError(f"the data has no column {text_column!r}; its columns are ['text']. "
+                            "Choose one with --text_column.")
         return {split: iter_text_file_batches(paths, batch_size, limit) for split, paths in data_files.items()}
     import datasets  # Only here: it takes a second to import.
 
@@ -287,12 +290,12 @@ def text_batches(*, text_column, batch_size, limit=None, data_files=None, datase
             corpus = datasets.load_dataset(dataset_name, dataset_config, streaming=True,
                                            trust_remote_code=trust_remote_code)
         except (ConnectionError, FileNotFoundError, ValueError) as err:
-            raise SystemExit(f"error: could not load the dataset {dataset_name!r} (config {dataset_config!r}) from "
-                             f"the Hub: {err}\nCheck the name and config, or pass local files instead "
-                             "(--train_file ...).") from err
+            raise UserError(f"could not load the dataset {dataset_name!r} (config {dataset_config!r}) from "
+                            f"the Hub: {err}\nCheck the name and config, or pass local files instead "
+                            "(--train_file ...).") from err
         missing = [split for split in splits or [] if split not in corpus]
         if missing:
-            raise SystemExit(f"error: the dataset {dataset_name!r} has no split {missing}; it has {sorted(corpus)}.")
+            raise UserError(f"the dataset {dataset_name!r} has no split {missing}; it has {sorted(corpus)}.")
     return {split: iter_text_batches(dataset, text_column, batch_size, limit) for split, dataset in corpus.items()
             if not splits or split in splits}
 
@@ -307,37 +310,37 @@ def check_hub_reachable(dataset_name):
         except OSError as err:  # requests' connection and HTTP errors are OSErrors.
             from diagnostics import hub_unreachable_error
 
-            raise hub_unreachable_error(dataset_name, err) from err
+            raise UserError(hub_unreachable_error(dataset_name, err)) from err
 
 
 def data_files_format(data_files, formats=("text", "json", "parquet")):
     """The 🤗 Datasets builder, one of `formats`, that reads every file of `data_files` ({split: [paths]});
-    SystemExit for a missing file, an unknown extension or a mix of formats."""
+    UserError for a missing file, an unknown extension or a mix of formats."""
     builders = set()
     for split, paths in data_files.items():
         for path in paths:
             builder = file_builder(path)
             if builder not in formats:
                 extensions = ", ".join(extension for extension, known in FILE_BUILDERS.items() if known in formats)
-                raise SystemExit(f"error: cannot read {path!r}: unknown extension "
-                                 f"{os.path.splitext(path)[1].lower()!r}. Use files of one of these: {extensions}.")
+                raise UserError(f"cannot read {path!r}: unknown extension "
+                                f"{os.path.splitext(path)[1].lower()!r}. Use files of one of these: {extensions}.")
             if is_gcs_path(path) and builder != "text":
-                raise SystemExit(f"error: cannot read {path!r}: JSON-lines and Parquet files are read from local "
-                                 "disk only. Copy them first (`gcloud storage cp`), or use text files, which are "
-                                 "read from gs:// directly.")
+                raise UserError(f"cannot read {path!r}: JSON-lines and Parquet files are read from local "
+                                "disk only. Copy them first (`gcloud storage cp`), or use text files, which are "
+                                "read from gs:// directly.")
             if not exists(path):
-                raise SystemExit(f"error: the {split} file {path!r} does not exist.")
+                raise UserError(f"the {split} file {path!r} does not exist.")
             builders.add(builder)
     if len(builders) > 1:
-        raise SystemExit(f"error: all input files must have one format, got a mix of {sorted(builders)}.")
+        raise UserError(f"all input files must have one format, got a mix of {sorted(builders)}.")
     return builders.pop()
 
 
 def iter_text_batches(dataset, text_column, batch_size, limit=None):
     """The texts of a streamed 🤗 dataset in lists of up to `batch_size`; `limit` records at most."""
     if text_column not in (dataset.column_names or [text_column]):
-        raise SystemExit(f"error: the data has no column {text_column!r}; its columns are {dataset.column_names}. "
-                         "Choose one with --text_column.")
+        raise UserError(f"the data has no column {text_column!r}; its columns are {dataset.column_names}. "
+                        "Choose one with --text_column.")
     texts = (record[text_column] for record in (dataset.take(limit) if limit is not None else dataset))
     return batches_of_texts(texts, batch_size)
 
@@ -369,7 +372,7 @@ def iter_text_file_lines(files):
                 except UnicodeDecodeError as err:
                     from diagnostics import not_utf8_error
 
-                    raise SystemExit(not_utf8_error(path)) from err
+                    raise UserError(not_utf8_error(path, open_file(path, "rb"))) from err
                 yield from text.removesuffix("\r").split("\r")
 
 
@@ -404,14 +407,14 @@ def check_output_dir(path, overwrite, resumable=(), stale=()):
     earlier run left that would mix with this one's: TensorBoard events, checkpoints) is deleted first."""
     if os.path.isfile(path) or (is_gcs_path(path) and split_gcs_path(path)[1].strip("/")
                                 and gcs_blob(path.rstrip("/")).exists()):
-        raise SystemExit(f"error: --output_dir {path!r} is a file, not a folder. Choose another --output_dir "
-                         "(a folder, which is created if it does not exist).")
+        raise UserError(f"--output_dir {path!r} is a file, not a folder. Choose another --output_dir "
+                        "(a folder, which is created if it does not exist).")
     foreign = [name for name in folder_entries(path) if name not in resumable]
     if foreign and not overwrite:
-        raise SystemExit(f"error: the output folder {path!r} "
-                         + ("holds files that are not a checkpoint of this script to resume from" if resumable
+        raise UserError(f"the output folder {path!r} "
+                        + ("holds files that are not a checkpoint of this script to resume from" if resumable
                             else "is not empty")
-                         + ". Choose another --output_dir, or pass --overwrite to replace what this script writes "
+                        + ". Choose another --output_dir, or pass --overwrite to replace what this script writes "
                            "there.")
     for name in stale if overwrite else ():
         delete(os.path.join(path, name))
@@ -432,15 +435,15 @@ def load_tokenizer(name_or_path, flag, advice=None):
         try:
             validate_repo_id(local_path)
         except HFValidationError:  # A path ("/a/b", "./a", "a/b/c"), which cannot be a Hub id.
-            raise SystemExit(f"error: the tokenizer folder {name_or_path!r} ({flag}) does not exist. Check the "
-                             f"path. {advice}") from None
+            raise UserError(f"the tokenizer folder {name_or_path!r} ({flag}) does not exist. Check the "
+                            f"path. {advice}") from None
     try:
         return AutoTokenizer.from_pretrained(local_path)
     except (OSError, ValueError) as err:  # Not on the Hub, offline, or a folder without tokenizer files.
         where = ("the folder holds no tokenizer that AutoTokenizer can load" if os.path.isdir(local_path)
                  else "there is no such local folder, and it could not be loaded from the Hugging Face Hub")
-        raise SystemExit(f"error: cannot load the tokenizer {name_or_path!r} ({flag}): {where}.\n"
-                         f"{type(err).__name__}: {err}\n{advice}") from err
+        raise UserError(f"cannot load the tokenizer {name_or_path!r} ({flag}): {where}.\n"
+                        f"{type(err).__name__}: {err}\n{advice}") from err
 
 
 def load_config(name_or_path, flag, advice):
@@ -450,7 +453,7 @@ def load_config(name_or_path, flag, advice):
     try:
         return AutoConfig.from_pretrained(local_copy(name_or_path))
     except (OSError, ValueError) as err:  # No such folder or id, no config.json, or not a config.
-        raise SystemExit(f"error: cannot load the model config {name_or_path!r} ({flag}): {err}\n{advice}") from err
+        raise UserError(f"cannot load the model config {name_or_path!r} ({flag}): {err}\n{advice}") from err
 
 
 # RoBERTa-style models number positions from pad_token_id + 1: they need that many more position embeddings than
@@ -464,8 +467,8 @@ def check_max_length(config, max_length, can_override=False):
     offset = config.pad_token_id + 1 if config.model_type in MODELS_WITH_POSITION_OFFSET else 0
     needed = max_length + offset
     if needed > config.max_position_embeddings:
-        raise SystemExit(
-            f"error: --max_length {max_length} needs {needed} position embeddings, but the model has "
+        raise UserError(
+            f"--max_length {max_length} needs {needed} position embeddings, but the model has "
             f"max_position_embeddings={config.max_position_embeddings}, enough for "
             f"{config.max_position_embeddings - offset} tokens. Lower --max_length"
             + (f", or add max_position_embeddings={needed} to --config_overrides." if can_override else "."))
@@ -488,8 +491,8 @@ def save_folder(output_dir, write, description, hub_model_id=None, commit_messag
             url = upload_to_hub(repo_id=hub_model_id, folder_path=local_dir, commit_message=commit_message,
                                 ignore_patterns=ignore_patterns)
         except (OSError, ValueError) as err:  # Network, authentication and bad-name errors.
-            raise SystemExit(
-                f"error: pushing to the Hub repository {hub_model_id!r} failed: {err}\nNothing is lost: everything "
+            raise UserError(
+                f"pushing to the Hub repository {hub_model_id!r} failed: {err}\nNothing is lost: everything "
                 f"is saved in {output_dir!r}. Log in with `huggingface-cli login` (or set HF_TOKEN), then upload "
                 f"it with `huggingface-cli upload {hub_model_id} {local_dir}`.") from err
         logger.info("Pushed to %s", url)
@@ -649,7 +652,7 @@ def choose_strategy(args, root="/"):
         except Exception as err:  # Each TPU set-up failure has its own type; all mean "this TPU is not usable".
             from diagnostics import explain_tpu_error
 
-            raise SystemExit(explain_tpu_error(tpu_name, chips, err, root)) from err
+            raise UserError(explain_tpu_error(tpu_name, chips, err, root)) from err
     if "TF_CONFIG" in os.environ:
         return tf.distribute.MultiWorkerMirroredStrategy(), False
     devices = [device.name for device in tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")]
@@ -728,4 +731,4 @@ def strategy_name(strategy):
 if __name__ == "__main__":
     from diagnostics import main  # `python utils.py check-tpu`, as the README and the Makefile say.
 
-    main()
+    main(local_tpu_chips())

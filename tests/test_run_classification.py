@@ -12,6 +12,7 @@ import pytest
 from helpers import REPO, run_script, unfinished_copy
 from run_classification import (classification_metrics, evaluation_dataset, load_splits, sample_per_label,
                                 stratified_split)
+from utils import UserError
 
 BANKING77 = REPO / "tests" / "data" / "banking77"
 TEST_EXAMPLES = 37  # Not a multiple of any batch below.
@@ -108,7 +109,7 @@ def test_sample_per_label_is_stratified_exact_and_seeded():
     # Every example of a label can be drawn: the sample is not always the first ones.
     drawn = {i for seed in range(20) for i in sample_per_label(labels, 3, seed=seed)}
     assert {i for i, label in enumerate(labels) if label == "b"} <= drawn
-    with pytest.raises(SystemExit, match="the label 'c' has 3 training examples .* fewer than --examples_per_label 4"):
+    with pytest.raises(UserError, match="the label 'c' has 3 training examples .* fewer than --examples_per_label 4"):
         sample_per_label(labels, 4, seed=0)
 
 

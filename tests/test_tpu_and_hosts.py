@@ -14,8 +14,8 @@ import tensorflow as tf
 from conftest import MAX_LENGTH
 from helpers import REPO
 from run_mlm import check_paths_for_pod, find_shards, make_dataset
-from diagnostics import TensorFlowBuild, explain_unusable_tpu, local_tpu_chips, tensorflow_build, tpu_holders
-from utils import choose_strategy, use_jit_compile
+from diagnostics import TensorFlowBuild, explain_unusable_tpu, tensorflow_build, tpu_holders
+from utils import UserError, choose_strategy, local_tpu_chips, use_jit_compile
 
 MASKING = dict(mask_token_id=4, special_token_ids=[0, 1, 2, 3, 4], vocab_size=1000, mlm_probability=0.15)
 
@@ -61,10 +61,10 @@ def test_tpu_chips_are_found_in_sysfs(tmp_path):
 def test_a_machine_with_tpu_chips_never_trains_on_its_cpu_by_default(tmp_path):
     # TensorFlow here is the plain build: it cannot use the (fake) chips, and the script must say so, and why.
     root = fake_v4_host(tmp_path)
-    with pytest.raises(SystemExit) as stopped:
+    with pytest.raises(UserError) as stopped:
         choose_strategy(hardware_args(), root=root)
     message = str(stopped.value)
-    assert message.startswith("error: this machine has TPU chips (4 x TPU v4), but TensorFlow cannot use them")
+    assert message.startswith("this machine has TPU chips (4 x TPU v4), but TensorFlow cannot use them")
     assert f"the installed TensorFlow, tensorflow {metadata.version('tensorflow')}, is built for CPUs and GPUs " \
            "only: it cannot load the TPU runtime" in message
     assert "make install-tpu" in message and "--no_tpu" in message
@@ -76,7 +76,7 @@ def test_a_machine_with_tpu_chips_never_trains_on_its_cpu_by_default(tmp_path):
     assert use_jit_compile(hardware_args(jit_compile=True), on_tpu=True) is False  # All of it is XLA there.
     # Without chips, GPUs or the CPU, as before; a TPU named on such a machine must be found.
     assert not choose_strategy(hardware_args(), root=tmp_path / "nothing")[1]
-    with pytest.raises(SystemExit, match="This machine has no TPU chips: --tpu_name local works on a TPU VM only"):
+    with pytest.raises(UserError, match="This machine has no TPU chips: --tpu_name local works on a TPU VM only"):
         choose_strategy(hardware_args(tpu_name="local"), root=tmp_path / "nothing")
 
 
@@ -93,7 +93,7 @@ def test_why_the_tpu_cannot_be_used(tmp_path):
     assert "another process holds the TPU (PID 4242: python3 train.py)" in held and "kill PID" in held
     other = explain_unusable_tpu(chips, error, tpu_build, {})
     assert "RuntimeError: TPU initialization failed" in other and "python utils.py check-tpu" in other
-    assert all(text.startswith("error: this machine has TPU chips (8 x TPU v5e)") and "--no_tpu" in text
+    assert all(text.startswith("this machine has TPU chips (8 x TPU v5e)") and "--no_tpu" in text
                for text in (plain, replaced, held, other))
 
     # The processes holding a TPU device file open, from /proc.
@@ -141,8 +141,12 @@ def test_the_installed_tensorflow_build(tmp_path):
 
 
 def test_check_tpu_says_what_is_wrong_on_a_machine_without_a_tpu():
-    result = subprocess.run([sys.executable, str(REPO / "utils.py"), "check-tpu"], capture_output=True, text=True)
+    # -X importtime lists every module imported: utils.py runs as __main__, and nothing may load it again as utils.
+    result = subprocess.run([sys.executable, "-X", "importtime", str(REPO / "utils.py"), "check-tpu"],
+                            capture_output=True, text=True)
     assert result.returncode == 1
+    imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import")]
+    assert "diagnostics" in imported and "utils" not in imported
     assert f"error: the installed TensorFlow, tensorflow {metadata.version('tensorflow')}, is built for CPUs and " \
            "GPUs only" in result.stdout and "make install-tpu" in result.stdout
     assert "error: this machine has no TPU chips" in result.stdout
@@ -156,11 +160,11 @@ def pod_args(**flags):
 def test_a_pod_slice_reads_and_writes_where_every_host_can():
     check_paths_for_pod(pod_args(), num_hosts=4)
     check_paths_for_pod(pod_args(train_dataset="tfrecords/train", output_dir="model"), num_hosts=1)
-    with pytest.raises(SystemExit, match="this TPU has 4 hosts, and each reads its own shards, but 'tfrecords/valid' "
+    with pytest.raises(UserError, match="this TPU has 4 hosts, and each reads its own shards, but 'tfrecords/valid' "
                                          "is a local path.*--shards_on_every_host"):
         check_paths_for_pod(pod_args(eval_dataset="tfrecords/valid"), num_hosts=4)
     check_paths_for_pod(pod_args(eval_dataset="tfrecords/valid", shards_on_every_host=True), num_hosts=4)
-    with pytest.raises(SystemExit, match="each saves its own part of every checkpoint, but --output_dir 'model' is "
+    with pytest.raises(UserError, match="each saves its own part of every checkpoint, but --output_dir 'model' is "
                                          "a local path. Pass a gs:// folder"):
         check_paths_for_pod(pod_args(output_dir="model", shards_on_every_host=True), num_hosts=2)
 
