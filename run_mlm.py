@@ -49,8 +49,8 @@ import tensorflow as tf
 import tf_keras as keras
 from transformers import TFAutoModelForMaskedLM, create_optimizer
 
-from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME,
-                   Manifest, UserError, add_hardware_arguments, check_checkpoint, check_max_length,
+from utils import (ARCHITECTURES, INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, SHARD_NAME_PATTERN,
+                   TOKEN_COUNTS_NAME, Manifest, UserError, add_hardware_arguments, check_checkpoint, check_max_length,
                    check_output_dir, count_hosts, delete, fraction, gcs_blob, host_addresses, is_gcs_path,
                    last_checkpoint, load_config, load_pretrained_model, load_tokenizer, local_copy, local_tpu_chips,
                    non_negative_float, non_negative_int, out_of_space_named, positive_float, positive_int, probability,
@@ -78,6 +78,9 @@ def parse_args():
                            "(default: %(default)s).")
     data.add_argument("--mlm_probability", type=probability, default=0.15,
                       help="Fraction of the non-special tokens to mask (default: %(default)s).")
+    data.add_argument("--masking", choices=["token", "whole_word", "span"], default="token",
+                      help="What is masked at once: a token, a whole word (all its tokens), or SpanBERT's spans of "
+                           "whole words (default: %(default)s).")
     data.add_argument("--max_predictions_per_seq", type=non_negative_int,
                       help="Masked positions per sequence at most, where the LM head computes logits (0: at every "
                            "position). Default: the expected number plus a margin, 32 for 0.15 x 128.")
@@ -148,7 +151,7 @@ def parse_args():
                      f"{MIN_MAX_LENGTH}, with prepare_tfrecord_shards.py.")
     args.tokenizer = args.tokenizer or args.model_name_or_path or "unigram-tokenizer"
     if args.max_predictions_per_seq is None:  # After the types checked --mlm_probability: a rate in (0, 1).
-        args.max_predictions_per_seq = default_max_predictions(args.mlm_probability, args.max_length)
+        args.max_predictions_per_seq = default_max_predictions(args.mlm_probability, args.max_length, args.masking)
     if args.max_predictions_per_seq > args.max_length:
         parser.error(f"--max_predictions_per_seq must be from 0 to --max_length ({args.max_length}), got "
                      f"{args.max_predictions_per_seq}.")
@@ -264,43 +267,136 @@ def train(trainer, training_data, eval_data, plan, start_step, stopper, round_en
 # and 🤗 Transformers: lift it into your own code as it is.
 
 
-def default_max_predictions(mlm_probability, max_length):
+def default_max_predictions(mlm_probability, max_length, masking="token"):
     """Positions per sequence the LM head computes logits at: the expected number of masks plus three standard
-    deviations, rounded up to a multiple of 8 (a friendly shape for TPUs): the cap almost never bites."""
+    deviations, rounded up to a multiple of 8 (a friendly shape for TPUs): the cap almost never bites. Spans of
+    several words vary more from sequence to sequence: twice that margin."""
     mean = mlm_probability * max_length
-    spread = 3 * math.sqrt(max_length * mlm_probability * (1 - mlm_probability))
+    spread = (2 if masking == "span" else 1) * 3 * math.sqrt(max_length * mlm_probability * (1 - mlm_probability))
     return min(max_length, 8 * math.ceil((mean + spread) / 8))
 
 
 def mask_tokens(input_ids, seed, *, mask_token_id, special_token_ids, vocab_size, mlm_probability,
-                max_predictions=0):
+                max_predictions=0, word_starts=None, spans=False):
     """Masks a batch of token ids [batch, length]: a dict of "input_ids", "labels" (and "masked_positions").
 
     Each token that is not special is chosen with probability `mlm_probability`; of those, 80 % become
     `mask_token_id`, 10 % a random token, 10 % stay. "labels" hold the original id where chosen, -100 elsewhere.
-    With `max_predictions` K > 0, at most K positions per sequence are chosen (the lowest draws), and
-    "masked_positions" [batch, K] lists them, padded with unchosen ones: the LM head needs logits there only.
-    Stateless random ops make the result a function of `seed` (two integers), and every shape is static: safe in
-    tf.data and under XLA.
+    With `word_starts` (word_start_table), whole words are chosen instead (choose_words), and with `spans`,
+    SpanBERT's spans of words. With `max_predictions` K > 0, at most K positions per sequence are chosen (the
+    lowest draws; whole words), and "masked_positions" [batch, K] lists them, padded with unchosen ones: the LM head
+    needs logits there only. Stateless random ops make the result a function of `seed` (two integers), and every
+    shape is static: safe in tf.data and under XLA.
     """
     mask_seed, replace_seed, random_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
     shape = tf.shape(input_ids)
     is_special = tf.reduce_any(input_ids[..., tf.newaxis] == special_token_ids, axis=-1)
-    draw = tf.random.stateless_uniform(shape, mask_seed)
-    chosen = ~is_special & (draw < mlm_probability)
     batch = {}
-    if max_predictions:
-        # Rank positions by their draw, chosen ones first, and keep the first K: top_k has a static shape.
-        scores = tf.where(chosen, draw, 2.0)
-        lowest = tf.math.top_k(-scores, k=max_predictions)
-        chosen &= scores <= -lowest.values[:, -1:]
-        batch["masked_positions"] = lowest.indices
-    replace_draw = tf.random.stateless_uniform(shape, replace_seed)
+    if word_starts is not None:
+        chosen, replace_draw = choose_words(input_ids, is_special, word_starts, mask_seed, replace_seed,
+                                            mlm_probability, max_predictions, spans)
+        if max_predictions:  # The chosen positions first (top_k keeps the lower index among equals).
+            batch["masked_positions"] = tf.math.top_k(tf.cast(chosen, tf.float32), k=max_predictions).indices
+    else:
+        draw = tf.random.stateless_uniform(shape, mask_seed)
+        chosen = ~is_special & (draw < mlm_probability)
+        if max_predictions:
+            # Rank positions by their draw, chosen ones first, and keep the first K: top_k has a static shape.
+            scores = tf.where(chosen, draw, 2.0)
+            lowest = tf.math.top_k(-scores, k=max_predictions)
+            chosen &= scores <= -lowest.values[:, -1:]
+            batch["masked_positions"] = lowest.indices
+        replace_draw = tf.random.stateless_uniform(shape, replace_seed)
     random_ids = tf.random.stateless_uniform(shape, random_seed, maxval=vocab_size, dtype=input_ids.dtype)
     masked_ids = tf.where(chosen & (replace_draw < 0.8), tf.cast(mask_token_id, input_ids.dtype), input_ids)
     batch["input_ids"] = tf.where(chosen & (replace_draw >= 0.8) & (replace_draw < 0.9), random_ids, masked_ids)
     batch["labels"] = tf.where(chosen, input_ids, tf.constant(-100, input_ids.dtype))
     return batch
+
+
+MAX_SPAN_WORDS = 10  # SpanBERT's clip of its span lengths (in words), drawn from Geometric(0.2).
+
+
+def choose_words(input_ids, is_special, word_starts, mask_seed, replace_seed, mlm_probability, max_predictions,
+                 spans):
+    """(chosen, replace_draw) of mask_tokens, [batch, length] each, for whole words: a token starts a word where
+    `word_starts` says so, at a sample's start, and after a special token that starts a word (each such special
+    is a word of its own, never chosen; <unk>, for unknown characters, stays inside its word). Every draw is made per word slot (a row has at most `length` words) and spread over the
+    word's tokens, so a word is chosen, and replaced 80/10/10, as a whole; each word with probability
+    `mlm_probability`, which is thus also the expected share of tokens.
+
+    With `spans`, words are chosen in SpanBERT's spans: a span of Geometric(0.2) words, clipped at
+    MAX_SPAN_WORDS, starts at each word slot with the probability span_start_probability(); a word is chosen when
+    a span covers it (spans that overlap merge, as SpanBERT's, drawn one after the other, do not). Slots before the
+    row count too, so that every word is covered with `mlm_probability`. The draws of the span's first word serve
+    the whole span. With `max_predictions` K, words are kept in the order of their draws while their tokens fit
+    in K, a word never cut."""
+    length = input_ids.shape[1]
+    starts = tf.gather(tf.constant(word_starts), input_ids)
+    starts |= tf.pad((is_special & starts)[:, :-1], [[0, 0], [1, 0]], constant_values=True)  # After <s>, </s>.
+    word = tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1  # Each token's word slot.
+    slots = MAX_SPAN_WORDS - 1 + length if spans else length  # Spans may start before the row.
+    draws = tf.random.stateless_uniform([tf.shape(input_ids)[0], slots, 2], mask_seed)
+    draw, replace = draws[..., 0], tf.random.stateless_uniform(tf.shape(draws)[:2], replace_seed)
+    if spans:
+        begins = draw < span_start_probability(mlm_probability)
+        # Geometric(0.2) lengths from the second draw, by inversion: P(length > n) = 0.8 ** n.
+        lengths = tf.minimum(1 + tf.floor(tf.math.log(1.0 - draws[..., 1]) / math.log(0.8)), MAX_SPAN_WORDS)
+        score = tf.fill([tf.shape(input_ids)[0], length], 2.0)
+        span_replace = tf.zeros_like(score)
+        for back in range(MAX_SPAN_WORDS):  # Slot w is covered by a span begun `back` slots earlier.
+            first = MAX_SPAN_WORDS - 1 - back
+            covers = begins[:, first:first + length] & (lengths[:, first:first + length] > back)
+            better = covers & (draw[:, first:first + length] < score)
+            score = tf.where(better, draw[:, first:first + length], score)
+            span_replace = tf.where(better, replace[:, first:first + length], span_replace)
+        draw, replace, chosen_word = score, span_replace, score < 2.0
+    else:
+        chosen_word = draw < mlm_probability
+    chosen = ~is_special & tf.gather(chosen_word, word, batch_dims=1)
+    if max_predictions:
+        # Chosen tokens per word slot, the slots in the order of their draws, and the words that fit in K.
+        rows = tf.range(tf.shape(word)[0])[:, tf.newaxis] * length
+        sizes = tf.reshape(tf.math.unsorted_segment_sum(tf.cast(chosen, tf.int32), word + rows,
+                                                        tf.size(word)), tf.shape(word))
+        order = tf.argsort(tf.where(sizes > 0, draw, 2.0), axis=1, stable=True)
+        fits = tf.cumsum(tf.gather(sizes, order, batch_dims=1), axis=1) <= max_predictions
+        kept = tf.gather(fits, tf.argsort(order, axis=1), batch_dims=1)
+        chosen &= tf.gather(kept, word, batch_dims=1)
+    return chosen, tf.gather(replace, word, batch_dims=1)
+
+
+def span_start_probability(mlm_probability):
+    """The probability q that a span begins at a word slot, such that a slot is covered with `mlm_probability`:
+    1 - prod over n < MAX_SPAN_WORDS of (1 - q P(length > n)) = mlm_probability, solved by bisection."""
+    survival = 0.8 ** np.arange(MAX_SPAN_WORDS)
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if 1 - np.prod(1 - middle * survival) < mlm_probability else (low, middle)
+    return (low + high) / 2
+
+
+def word_start_table(tokenizer):
+    """[vocabulary] booleans, True for the tokens that begin a word, read once from the tokenizer's pieces: for
+    SentencePiece-style tokenizers (Metaspace, this pipeline's Unigram), those beginning with "▁"; for
+    WordPiece (BERT's), those not beginning with "##"; for byte-level BPE (GPT-2, RoBERTa), "Ġ". Specials begin
+    a word, but <unk>, which stands for characters inside one. Raises UserError for a tokenizer whose pieces do not show where words begin."""
+    backend = json.loads(tokenizer.backend_tokenizer.to_str()) if tokenizer.is_fast else {}
+    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    layout = json.dumps([backend.get("pre_tokenizer"), backend.get("decoder")])
+    if backend.get("model", {}).get("type") == "WordPiece":
+        prefix = backend["model"]["continuing_subword_prefix"]
+        table = np.array([not piece.startswith(prefix) for piece in pieces])
+    elif '"Metaspace"' in layout or '"ByteLevel"' in layout:
+        marker = "▁" if '"Metaspace"' in layout else "Ġ"
+        table = np.array([piece.startswith(marker) for piece in pieces])
+    else:
+        raise UserError("--masking whole_word and span need a tokenizer whose pieces show where words begin "
+                        "(SentencePiece's ▁, WordPiece's ##, or byte-level BPE's Ġ), but this one's show "
+                        "none. Use --masking token, or a tokenizer from train_unigram.py.")
+    table[[i for i in tokenizer.all_special_ids if i != tokenizer.unk_token_id]] = True
+    return table
 
 
 def make_dataset(files, input_context, *, batch_size, max_length, masking, seed, training,
@@ -356,7 +452,21 @@ def start_from_token_frequencies(mlm, log_probs):
     """Sets the LM head's output bias to the tokens' log-frequencies: a new model then starts out predicting as the
     frequency table does. Special tokens get the lowest finite value, which keeps the logits finite in bfloat16."""
     finite = np.isfinite(log_probs)
-    mlm.get_lm_head().get_bias()["bias"].assign(np.where(finite, log_probs, log_probs[finite].min()))
+    for bias in mlm.get_lm_head().get_bias().values():  # ALBERT has two, of which TensorFlow uses one.
+        bias.assign(np.where(finite, log_probs, log_probs[finite].min()))
+
+
+# The layers between the encoder and the logits, for the models whose get_lm_head() is only the last of them.
+LM_HEAD_LAYERS = {"electra": ("generator_predictions", "generator_lm_head"),
+                  "convbert": ("generator_predictions", "generator_lm_head"),
+                  "distilbert": ("vocab_transform", "act", "vocab_layer_norm", "vocab_projector")}
+
+
+def lm_head(mlm, hidden):
+    """The logits of a 🤗 TF…ForMaskedLM `mlm` at the encoder's hidden states `hidden` [..., positions, hidden]."""
+    for name in LM_HEAD_LAYERS.get(mlm.config.model_type, ()):
+        hidden = getattr(mlm, name)(hidden)
+    return hidden if mlm.config.model_type in LM_HEAD_LAYERS else mlm.get_lm_head()(hidden)
 
 
 class Perplexity(keras.metrics.Mean):
@@ -415,7 +525,7 @@ class MaskedLMTrainer(keras.Model):
             encoder = getattr(self.mlm, self.mlm.base_model_prefix)
             hidden = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                              training=training)[0]
-            logits = self.mlm.get_lm_head()(tf.gather(hidden, batch["masked_positions"], batch_dims=1))
+            logits = lm_head(self.mlm, tf.gather(hidden, batch["masked_positions"], batch_dims=1))
             labels, inputs = (tf.gather(batch[name], batch["masked_positions"], batch_dims=1)
                               for name in ("labels", "input_ids"))
         else:
@@ -452,8 +562,9 @@ class MaskedLMTrainer(keras.Model):
         for i in range(steps):
             with tf.GradientTape() as tape:
                 stats = self._masked_lm_sums({name: value[i] for name, value in micro_batches.items()}, True)
-            gradients = [tf.convert_to_tensor(gradient)
-                         for gradient in tape.gradient(stats["cross_entropy"], self.mlm.trainable_variables)]
+            # Zeros for the weights the loss does not reach (a pooler, ALBERT's second output bias).
+            gradients = [tf.convert_to_tensor(gradient) for gradient in tape.gradient(
+                stats["cross_entropy"], self.mlm.trainable_variables, unconnected_gradients="zero")]
             gradient_sums = gradients if gradient_sums is None else [
                 total + gradient for total, gradient in zip(gradient_sums, gradients)]
             stat_sums = stats if stat_sums is None else {name: stat_sums[name] + stats[name] for name in stats}
@@ -608,7 +719,8 @@ def masking_arguments(args, tokenizer):
     """mask_tokens' arguments, from the flags and the tokenizer."""
     return dict(mask_token_id=tokenizer.mask_token_id, special_token_ids=tokenizer.all_special_ids,
                 vocab_size=len(tokenizer), mlm_probability=args.mlm_probability,
-                max_predictions=args.max_predictions_per_seq)
+                max_predictions=args.max_predictions_per_seq, spans=args.masking == "span",
+                word_starts=None if args.masking == "token" else word_start_table(tokenizer))
 
 
 def distributed_datasets(args, strategy, plan, tokenizer, train_files, eval_files):
@@ -662,6 +774,9 @@ def model_config(args, tokenizer):
             config.update_from_string(args.config_overrides)
         except ValueError as err:
             raise UserError(f"bad --config_overrides {args.config_overrides!r}: {err}") from err
+    if config.model_type not in ARCHITECTURES:
+        logger.warning("%s is not among the architectures tested with this pipeline (README, \"Architectures\"): it "
+                       "may fail at its first step, and it gets no PyTorch copy.", config.model_type)
     if not start:
         config.update(dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
                            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id))

@@ -904,6 +904,11 @@ def save_folder(output_dir, write, description, hub_model_id=None, commit_messag
         shutil.rmtree(local_dir)
 
 
+# The model types that tests/test_architectures.py trains, resumes, fine-tunes and converts exactly (the README's
+# table): save_pytorch_copy writes no copy of any other.
+ARCHITECTURES = ("albert", "bert", "camembert", "convbert", "deberta", "deberta-v2", "distilbert", "electra", "mpnet",
+                 "roberta", "roberta-prelayernorm", "xlm-roberta")
+
 # A model's copy for 🤗 Transformers 5, which has no TensorFlow: a complete model folder inside the TensorFlow one.
 # Not beside tf_model.h5: Transformers 4.57's TensorFlow loader prefers any model.safetensors, and fails on these.
 PYTORCH_SUBFOLDER = "pytorch"
@@ -918,6 +923,9 @@ def save_pytorch_copy(model, tokenizer, folder):
     from safetensors.numpy import save_file
     from transformers.modeling_tf_pytorch_utils import apply_transpose, convert_tf_weight_name_to_pt_weight_name
 
+    if model.config.model_type not in ARCHITECTURES:
+        logger.warning("No PyTorch copy: the conversion of %s models is not tested here.", model.config.model_type)
+        return
     pytorch_dir = os.path.join(folder, PYTORCH_SUBFOLDER)
     config = copy.deepcopy(model.config)
     config.architectures = [type(model).__name__.removeprefix("TF")]  # RobertaForMaskedLM
@@ -926,7 +934,13 @@ def save_pytorch_copy(model, tokenizer, folder):
     tensors = {}
     for weight in model.weights:
         name, transpose = convert_tf_weight_name_to_pt_weight_name(weight.name, tf_weight_shape=weight.shape)
-        tensors[name] = np.ascontiguousarray(apply_transpose(transpose, weight.numpy(), pt_to_tf=False), np.float32)
+        if ".pooler." in name and config.architectures[0].endswith("ForMaskedLM"):
+            continue  # MPNet's TensorFlow masked LM holds a pooler that it never uses, PyTorch's none.
+        value = apply_transpose(transpose, weight.numpy(), pt_to_tf=False)
+        if "key_conv_attn_layer." in name and not name.endswith("pointwise.weight"):
+            # ConvBERT's separable convolution: PyTorch's keeps these as (channels, 1, kernel) and (channels, 1).
+            value = value.reshape(-1, 1, *value.shape[2:])
+        tensors[name] = np.ascontiguousarray(value, np.float32)
     save_file(tensors, os.path.join(pytorch_dir, "model.safetensors"), metadata={"format": "pt"})
 
 
