@@ -2,6 +2,7 @@
 a user does (in a process of its own, or its main in this process), and reading shards and the text they come from
 independently of the scripts."""
 
+import atexit
 import contextlib
 import importlib
 import io
@@ -53,7 +54,8 @@ def run_main(script, *args, expect_failure=False):
     the run) and printed, then, when it stops on bad input, the line its entry point prints: "error: " and the
     UserError's message, with status 1; argparse's refusals exit with 2. Any other exception propagates: it fails the
     test with its traceback, as a traceback in a script's output would. What the run changes in this process is put
-    back: sys.argv, the working folder, os.environ, the root logger, the random seeds, the Keras precision policy.
+    back: sys.argv, the working folder, os.environ, the root logger, the random seeds, the Keras precision policy; what
+    it leaves for its process's end runs at the run's end.
     """
     from utils import UserError
 
@@ -61,7 +63,7 @@ def run_main(script, *args, expect_failure=False):
     assert not set(NEEDS_A_PROCESS) & set(argv) and "TF_CONFIG" not in os.environ, "use run_script"
     module = importlib.import_module(Path(script).stem)
     stdout, stderr = io.StringIO(), io.StringIO()
-    with _process_state_restored():
+    with _process_state_restored(), _process_end_at_the_runs_end():
         sys.argv = argv
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             try:
@@ -81,6 +83,20 @@ def run_main(script, *args, expect_failure=False):
         raise AssertionError(f"{' '.join(argv)} (in-process) exited with {returncode}\n"
                              f"--- stdout ---\n{result.stdout[-5000:]}\n--- stderr ---\n{result.stderr[-8000:]}")
     return result
+
+
+@contextlib.contextmanager
+def _process_end_at_the_runs_end():
+    """What the script registers with atexit for its process's end (releasing its claim on --output_dir, removing
+    temporary copies) runs when the run ends, as that end would: a later run in this process finds the folder free."""
+    at_exit, register = [], atexit.register
+    atexit.register = lambda function, *args, **kwargs: at_exit.append((function, args, kwargs)) or function
+    try:
+        yield
+    finally:
+        atexit.register = register
+        for function, args, kwargs in reversed(at_exit):
+            function(*args, **kwargs)
 
 
 @contextlib.contextmanager

@@ -26,6 +26,7 @@ def imported_modules(path):
     return names
 
 
+@pytest.mark.fast
 def test_no_module_imports_one_that_imports_it():
     graph = {name: imported_modules(path) & set(MODULES) - {name} for name, path in MODULES.items()}
     for start in graph:
@@ -36,6 +37,7 @@ def test_no_module_imports_one_that_imports_it():
         assert start not in reached, f"{start} imports a module that imports it back: {sorted(reached)}"
 
 
+@pytest.mark.fast
 def test_every_third_party_module_is_a_named_requirement():
     named = set()
     for file in REQUIREMENT_FILES:

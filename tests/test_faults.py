@@ -21,6 +21,7 @@ from helpers import MAX_LENGTH, REPO, WIKITEXT, run_script, unfinished_copy
 from utils import UserError
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("script,argv,message", [
     (run_mlm, ["--learning_rate", "-1"], "argument --learning_rate: must be above 0, got -1"),
     (run_mlm, ["--learning_rate", "0"], "argument --learning_rate: must be above 0, got 0"),
@@ -51,6 +52,7 @@ def test_hyper_parameters_out_of_their_domain_are_refused_with_the_range(script,
     assert message in error and "Traceback" not in error
 
 
+@pytest.mark.fast
 def test_hyper_parameters_in_their_domain_are_accepted(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["run_mlm.py", "--learning_rate", "2e-3", "--weight_decay_rate", "0",
                                       "--warmup_steps", "0", "--mlm_probability", "0.4", "--config_overrides",
@@ -65,6 +67,7 @@ def write_json_lines(path, values):
     return path
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("value,shown", [(42, "int 42"), (["a", "b"], "list ['a', 'b']"),
                                          ({"a": 1}, "dict {'a': 1}"), (1.5, "float 1.5")])
 def test_a_record_that_is_not_text_is_refused_with_its_number(value, shown, tmp_path):
@@ -77,6 +80,7 @@ def test_a_record_that_is_not_text_is_refused_with_its_number(value, shown, tmp_
     assert "--text_column" in str(error.value) and "null counts as an empty text" in str(error.value)
 
 
+@pytest.mark.fast
 def test_null_records_are_skipped_as_empty_ones_in_json_lines_and_parquet(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -90,6 +94,7 @@ def test_null_records_are_skipped_as_empty_ones_in_json_lines_and_parquet(tmp_pa
         assert list(batches) == [["one", "two"]]
 
 
+@pytest.mark.fast
 def test_a_parquet_column_of_numbers_is_refused(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -343,6 +348,7 @@ def test_a_full_disk_while_saving_a_model_leaves_nothing_half_saved(pretrained_m
     assert list(output_dir.iterdir()) == []
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("error,reason", [
     (OSError(28, "No space left on device"), "the disk is full (No space left on device)"),
     (OSError(122, "Disk quota exceeded"), "the disk quota is exceeded (Disk quota exceeded)"),
