@@ -130,6 +130,7 @@ def releases(monkeypatch):
         callback()
 
 
+@pytest.mark.fast
 def test_a_second_run_into_a_folder_where_a_run_is_going_is_refused_at_once(tmp_path, releases):
     run_mlm.OutputDirLease(str(tmp_path)).hold()
     claim = json.loads((tmp_path / "running.json").read_text())
@@ -144,6 +145,7 @@ def test_a_second_run_into_a_folder_where_a_run_is_going_is_refused_at_once(tmp_
     assert not (tmp_path / "running.json").exists()
 
 
+@pytest.mark.fast
 def test_a_run_killed_on_this_host_leaves_a_claim_that_the_next_run_takes_over(tmp_path, releases, caplog):
     holder = subprocess.Popen(["sleep", "60"])  # Stands in for a run's process.
     lease = run_mlm.OutputDirLease(str(tmp_path))
@@ -158,6 +160,7 @@ def test_a_run_killed_on_this_host_leaves_a_claim_that_the_next_run_takes_over(t
     assert f"names a run that ended without releasing it (process {holder.pid}" in caplog.text
 
 
+@pytest.mark.fast
 def test_a_claim_from_another_host_blocks_until_its_lease_expires(tmp_path, releases):
     lease = run_mlm.OutputDirLease(str(tmp_path))
     lease.claim.update(host="lost-vm", pid=1234, renewed=time.time() - 60)
@@ -173,6 +176,7 @@ def test_a_claim_from_another_host_blocks_until_its_lease_expires(tmp_path, rele
     assert json.loads((tmp_path / "running.json").read_text())["host"] == socket.gethostname()
 
 
+@pytest.mark.fast
 def test_a_process_id_used_again_is_not_taken_for_the_run(tmp_path, releases):
     lease = run_mlm.OutputDirLease(str(tmp_path))
     lease.claim["process_start"] = "1"  # This process's id, but another process's start: the run has ended.
@@ -180,6 +184,7 @@ def test_a_process_id_used_again_is_not_taken_for_the_run(tmp_path, releases):
     run_mlm.OutputDirLease(str(tmp_path)).hold()
 
 
+@pytest.mark.fast
 def test_the_holder_renews_its_claim_and_releases_only_its_own(tmp_path, releases):
     lease = run_mlm.OutputDirLease(str(tmp_path))
     lease.hold()
@@ -295,7 +300,7 @@ def test_a_full_disk_while_writing_shards_leaves_the_split_incomplete_and_the_sa
     disk = small_disk(64 * 1024)  # The shards of 1,400 lines take about 600 KB.
     monkeypatch.setattr(sys, "argv", prepare_argv(tokenizer_dir, disk / "tfrecords"))
     with pytest.raises(UserError) as error:
-        prepare_tfrecord_shards.main()
+        prepare_tfrecord_shards.main(prepare_tfrecord_shards.parse_args())
     assert str(error.value).startswith(f"no space left to write the shards in '{disk / 'tfrecords'}': the disk is "
                                        "full (No space left on device). Nothing unfinished looks complete")
     assert "run the same command again with --overwrite" in str(error.value)
@@ -305,7 +310,7 @@ def test_a_full_disk_while_writing_shards_leaves_the_split_incomplete_and_the_sa
         run_mlm.find_shards(str(split), MAX_LENGTH)
     small_disk(8 * 2**20)  # Space freed.
     monkeypatch.setattr(sys, "argv", prepare_argv(tokenizer_dir, disk / "tfrecords", "--overwrite"))
-    prepare_tfrecord_shards.main()
+    prepare_tfrecord_shards.main(prepare_tfrecord_shards.parse_args())
     assert json.loads((split / "manifest.json").read_text())["num_samples"] > 0 and not (split / "INCOMPLETE").exists()
 
 
@@ -379,7 +384,7 @@ def test_a_bucket_quota_error_while_writing_shards_to_gs_is_named(tokenizer_dir,
     output_dir = f"gs://faults/shards-{time.monotonic_ns()}"
     monkeypatch.setattr(sys, "argv", prepare_argv(tokenizer_dir, output_dir))
     with pytest.raises(UserError) as error:
-        prepare_tfrecord_shards.main()
+        prepare_tfrecord_shards.main(prepare_tfrecord_shards.parse_args())
     assert str(error.value).startswith(f"no space left to write the shards in '{output_dir}': the storage quota is "
                                        "exceeded. Nothing unfinished")
     prefix = output_dir[len("gs://faults/"):]
@@ -444,6 +449,7 @@ def test_no_intact_checkpoint_says_to_start_over(run_with_two_checkpoints):
         utils.check_checkpoint(str(checkpoints / "ckpt-20"), str(checkpoints))
 
 
+@pytest.mark.fast
 def test_a_long_line_is_tokenized_in_pieces_into_the_tokens_of_the_whole(tokenizer_dir, monkeypatch):
     tokenizer, _ = utils.load_backend_tokenizer(str(tokenizer_dir))
     lines = [line for line in (WIKITEXT / "train.txt").read_text().splitlines() if line.strip()]
