@@ -54,8 +54,8 @@ from utils import (ARCHITECTURES, INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX
                    check_output_dir, count_hosts, delete, fraction, gcs_blob, host_addresses, is_gcs_path,
                    last_checkpoint, load_config, load_pretrained_model, load_tokenizer, local_copy, local_tpu_chips,
                    non_negative_float, non_negative_int, out_of_space_named, positive_float, positive_int, probability,
-                   save_folder, save_pytorch_copy, set_up_training, strategy_name, vocabulary_fingerprint,
-                   write_model_card)
+                   refuse_a_file_as_output_dir, save_folder, save_pytorch_copy, set_up_training, strategy_name,
+                   vocabulary_fingerprint, write_model_card)
 
 logger = logging.getLogger("run_mlm")
 
@@ -1104,6 +1104,7 @@ class OutputDirLease:
 
     def hold(self):
         """Claims the folder, or raises UserError naming the run that holds it; released when the process exits."""
+        refuse_a_file_as_output_dir(self.output_dir)
         holder, generation = self.read()
         if holder is not None and self.holder_is_running(holder):
             raise UserError(self.held_message(holder))

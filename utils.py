@@ -782,10 +782,7 @@ def check_output_dir(path, overwrite, resumable=(), stale=()):
     """The output-folder policy of every script. --output_dir may not be a file; a folder that holds anything
     but `resumable` (what the script resumes from) is refused without --overwrite; with it, `stale` (what an
     earlier run left that would mix with this one's: TensorBoard events, checkpoints) is deleted first."""
-    if os.path.isfile(path) or (is_gcs_path(path) and split_gcs_path(path)[1].strip("/")
-                                and gcs_blob(path.rstrip("/")).exists()):
-        raise UserError(f"--output_dir {path!r} is a file, not a folder. Choose another --output_dir "
-                        "(a folder, which is created if it does not exist).")
+    refuse_a_file_as_output_dir(path)
     foreign = [name for name in folder_entries(path) if name not in resumable]
     if foreign and not overwrite:
         raise UserError(f"the output folder {path!r} "
@@ -795,6 +792,13 @@ def check_output_dir(path, overwrite, resumable=(), stale=()):
                            "there.")
     for name in stale if overwrite else ():
         delete(os.path.join(path, name))
+
+
+def refuse_a_file_as_output_dir(path):
+    if os.path.isfile(path) or (is_gcs_path(path) and split_gcs_path(path)[1].strip("/")
+                                and gcs_blob(path.rstrip("/")).exists()):
+        raise UserError(f"--output_dir {path!r} is a file, not a folder. Choose another --output_dir "
+                        "(a folder, which is created if it does not exist).")
 
 
 def load_tokenizer(name_or_path, flag, advice=None):
