@@ -806,7 +806,8 @@ class Throughput:
 
     def figures(self, steps, seconds):
         tokens_per_second = steps * self.tokens_per_step / seconds
-        figures = {"tokens_per_second": tokens_per_second, "samples_per_second": steps * self.samples_per_step / seconds,
+        figures = {"tokens_per_second": tokens_per_second,
+                   "samples_per_second": steps * self.samples_per_step / seconds,
                    "flops_per_token": self.flops_per_token, "tflops": tokens_per_second * self.flops_per_token / 1e12}
         if self.peak_flops:
             figures["mfu_percent"] = model_flops_utilization(figures["tflops"] * 1e12, self.peak_flops)
@@ -858,10 +859,11 @@ def check_input_pipeline(args, plan, tokenizer, train_files, throughput, results
     with tf.device("/cpu:0"):  # The host's CPU, wherever the devices are.
         iterator = iter(dataset)
         pull_batches(iterator, tf.constant(1))  # Waits for the shuffle buffer to fill.
-        batches, start = 0, time.perf_counter()
-        while (seconds := time.perf_counter() - start) < args.input_check_seconds:
+        batches, start, seconds = 0, time.perf_counter(), 0.0
+        while seconds < args.input_check_seconds or not batches:  # Some batches, however short the time asked.
             pull_batches(iterator, tf.constant(INPUT_CHECK_BATCHES))
             batches += INPUT_CHECK_BATCHES
+            seconds = time.perf_counter() - start
     samples_per_second = throughput.input_samples_per_second = batches * plan.batch_per_replica_step / seconds
     at_peak = "" if throughput.peak_flops is None else (
         "; at the devices' peak, training would take "

@@ -30,9 +30,11 @@ def test_flops_per_token_against_a_hand_count():
     mlm = TFAutoModelForMaskedLM.from_config(CONFIG)
     mlm.build_in_name_scope()
     sizes = {weight.name: int(weight.shape.num_elements()) for weight in mlm.weights}
-    layer_kernels = sum(size for name, size in sizes.items() if "/encoder/layer_" in name and name.endswith("kernel:0"))
+    layer_kernels = sum(size for name, size in sizes.items()
+                        if "/encoder/layer_" in name and name.endswith("kernel:0"))
     assert layer_kernels == 2 * (64 + 64)
-    head_matrices = [size for name, size in sizes.items() if "lm_head/dense/kernel" in name or "word_embeddings" in name]
+    head_matrices = [size for name, size in sizes.items()
+                     if "lm_head/dense/kernel" in name or "word_embeddings" in name]
     assert sorted(head_matrices) == [16, 40]
 
 
