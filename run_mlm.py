@@ -1,8 +1,9 @@
 #!/usr/bin/env python
-"""Step 3: pre-train a masked language model from scratch on the TFRecord shards of step 2.
+"""Step 3: pre-train a masked language model on the TFRecord shards of step 2, from scratch or from a model.
 
-The model is a 🤗 Transformers TF…ForMaskedLM (RoBERTa by default) built from a config, never from pretrained
-weights, trained with Keras `model.fit` under a tf.distribute strategy: TPUStrategy on a TPU VM (its chips are
+The model is a 🤗 Transformers TF…ForMaskedLM (RoBERTa by default) built from a config, or (--model_name_or_path)
+one that exists, which continues pre-training with its own weights and LM head, on the shards of its tokenizer. It
+trains with Keras `model.fit` under a tf.distribute strategy: TPUStrategy on a TPU VM (its chips are
 found in sysfs) or a TPU Node or pod slice (--tpu_name); MultiWorkerMirroredStrategy when TF_CONFIG describes a
 cluster; MirroredStrategy over several GPUs (or --num_cpu_replicas CPU devices); TensorFlow's default on one.
 
@@ -25,6 +26,7 @@ Example (a small model on a CPU):
 """
 
 import argparse
+import atexit
 import contextlib
 import dataclasses
 import hashlib
@@ -33,9 +35,12 @@ import logging
 import math
 import os
 import signal
+import socket
 import sys
 import tempfile
+import threading
 import time
+import uuid
 
 import numpy as np
 import tensorflow as tf
@@ -44,9 +49,11 @@ import tensorflow as tf
 import tf_keras as keras
 from transformers import TFAutoModelForMaskedLM, create_optimizer
 
-from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME,
-                   Manifest, UserError, add_hardware_arguments, check_max_length, check_output_dir, count_hosts,
-                   fraction, host_addresses, is_gcs_path, load_config, load_tokenizer, local_tpu_chips, positive_int,
+from utils import (ARCHITECTURES, INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, SHARD_NAME_PATTERN,
+                   TOKEN_COUNTS_NAME, Manifest, UserError, add_hardware_arguments, check_checkpoint, check_max_length,
+                   check_output_dir, count_hosts, delete, fraction, gcs_blob, host_addresses, is_gcs_path,
+                   last_checkpoint, load_config, load_pretrained_model, load_tokenizer, local_copy, local_tpu_chips,
+                   non_negative_float, non_negative_int, out_of_space_named, positive_float, positive_int, probability,
                    save_folder, save_pytorch_copy, set_up_training, strategy_name, vocabulary_fingerprint,
                    write_model_card)
 
@@ -69,21 +76,30 @@ def parse_args():
     data.add_argument("--shuffle_buffer_size", type=positive_int, default=10_000,
                       help="Samples in the shuffle buffer: more mixes better, in more host memory "
                            "(default: %(default)s).")
-    data.add_argument("--mlm_probability", type=float, default=0.15,
+    data.add_argument("--mlm_probability", type=probability, default=0.15,
                       help="Fraction of the non-special tokens to mask (default: %(default)s).")
-    data.add_argument("--max_predictions_per_seq", type=int,
+    data.add_argument("--masking", choices=["token", "whole_word", "span"], default="token",
+                      help="What is masked at once: a token, a whole word (all its tokens), or SpanBERT's spans of "
+                           "whole words (default: %(default)s).")
+    data.add_argument("--max_predictions_per_seq", type=non_negative_int,
                       help="Masked positions per sequence at most, where the LM head computes logits (0: at every "
                            "position). Default: the expected number plus a margin, 32 for 0.15 x 128.")
 
     model = parser.add_argument_group("model")
-    model.add_argument("--tokenizer", default="unigram-tokenizer",
-                       help="Folder written by train_unigram.py (local or gs://), or a Hub tokenizer id "
-                            "(default: %(default)s).")
-    model.add_argument("--pretrained_model_config", default="FacebookAI/roberta-base",
+    model.add_argument("--tokenizer",
+                       help="Folder written by train_unigram.py (local or gs://), or a Hub tokenizer id (default: "
+                            "that of --model_name_or_path, else unigram-tokenizer).")
+    start = model.add_mutually_exclusive_group()
+    start.add_argument("--pretrained_model_config", default="FacebookAI/roberta-base",
                        help="Architecture to train from scratch: a Hub model id, a folder holding config.json or a "
                             "config file (local or gs://); weights are never read (default: %(default)s).")
-    model.add_argument("--config_overrides",
-                       help="Changes to the config, e.g. hidden_size=256,num_hidden_layers=4,num_attention_heads=4.")
+    start.add_argument("--model_name_or_path",
+                       help="Continue pre-training this model instead: a folder saved by this pipeline or "
+                            "save_pretrained (TensorFlow or PyTorch safetensors weights, local or gs://), or a Hub "
+                            "model id. A fresh optimizer and schedule; the shards must use its tokenizer.")
+    model.add_argument("--config_overrides", type=config_overrides,
+                       help="Changes to the config, e.g. hidden_size=256,num_hidden_layers=4,num_attention_heads=4 "
+                            "(with --model_name_or_path, dropout only).")
     model.add_argument("--output_bias", choices=["frequencies", "zeros"], default="frequencies",
                        help="The LM head's initial output bias: each token's log-frequency in the training shards "
                             "(their token_counts.json), so that the first steps need not learn it; or zeros, as 🤗 "
@@ -96,13 +112,14 @@ def parse_args():
     training.add_argument("--gradient_accumulation_steps", type=positive_int, default=1,
                           help="Micro-batches per step, their gradients added up: a larger batch in the same "
                                "memory (default: %(default)s).")
-    training.add_argument("--learning_rate", type=float, default=1e-4,
+    training.add_argument("--learning_rate", type=positive_float, default=1e-4,
                           help="AdamW's peak learning rate (default: %(default)s).")
-    training.add_argument("--weight_decay_rate", type=float, default=1e-3,
+    training.add_argument("--weight_decay_rate", type=non_negative_float, default=1e-3,
                           help="AdamW's decoupled weight decay, never on LayerNorm weights and biases "
                                "(default: %(default)s).")
     warmup = training.add_mutually_exclusive_group()
-    warmup.add_argument("--warmup_steps", type=int, help="Steps of linear warmup before the linear decay to 0.")
+    warmup.add_argument("--warmup_steps", type=non_negative_int,
+                        help="Steps of linear warmup before the linear decay to 0.")
     warmup.add_argument("--warmup_ratio", type=fraction, default=0.05,
                         help="Warmup as a fraction of all steps (default: %(default)s).")
     length = training.add_mutually_exclusive_group()
@@ -113,7 +130,7 @@ def parse_args():
                           help="Steps per round; each ends with an evaluation (default: an epoch).")
     training.add_argument("--checkpoint_every_steps", type=positive_int, default=1000,
                           help="Steps between checkpoints to resume from (default: %(default)s).")
-    training.add_argument("--input_check_seconds", type=float, default=3.0,
+    training.add_argument("--input_check_seconds", type=non_negative_float, default=3.0,
                           help="Before training, time one host's input pipeline alone for this long, to compare "
                                "with what training takes from it (0: skip) (default: %(default)s).")
     training.add_argument("--seed", type=int, default=42,
@@ -132,20 +149,23 @@ def parse_args():
         parser.error(f"--max_length must be at least {MIN_MAX_LENGTH}, got {args.max_length}: shorter samples leave "
                      "too few tokens to mask, with too little context. Write shards of 128 tokens, or at least "
                      f"{MIN_MAX_LENGTH}, with prepare_tfrecord_shards.py.")
-    if args.max_predictions_per_seq is None:
-        args.max_predictions_per_seq = default_max_predictions(args.mlm_probability, args.max_length)
-    if not (0 < args.mlm_probability < 1 and (args.warmup_steps or 0) >= 0 and args.input_check_seconds >= 0
-            and 0 <= args.max_predictions_per_seq <= args.max_length):
-        parser.error("--mlm_probability must be in (0, 1), --warmup_steps and --input_check_seconds 0 or more, and "
-                     "--max_predictions_per_seq from 0 to --max_length.")
+    args.tokenizer = args.tokenizer or args.model_name_or_path or "unigram-tokenizer"
+    if args.max_predictions_per_seq is None:  # After the types checked --mlm_probability: a rate in (0, 1).
+        args.max_predictions_per_seq = default_max_predictions(args.mlm_probability, args.max_length, args.masking)
+    if args.max_predictions_per_seq > args.max_length:
+        parser.error(f"--max_predictions_per_seq must be from 0 to --max_length ({args.max_length}), got "
+                     f"{args.max_predictions_per_seq}.")
     return args
 
 
 def main(args):
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     strategy, on_tpu, jit_compile = set_up_training(
-        args, input_paths=(args.train_dataset, args.eval_dataset, args.tokenizer, args.pretrained_model_config))
+        args, input_paths=(args.train_dataset, args.eval_dataset, args.tokenizer, args.pretrained_model_config,
+                           args.model_name_or_path))
     is_chief = strategy.extended.should_checkpoint  # Only the chief writes into --output_dir.
+    if is_chief:
+        OutputDirLease(args.output_dir).hold()  # At once: a second run into this folder stops here.
 
     # The data and the config, checked before anything is built: mistakes cost seconds, not minutes.
     tokenizer = load_tokenizer(args.tokenizer, "--tokenizer")
@@ -180,7 +200,8 @@ def main(args):
         results.clear()  # Nothing of an earlier run that left no checkpoint.
     results.record(global_batch_size=plan.global_batch_size, per_replica_batch_size=args.per_replica_batch_size,
                    num_replicas=strategy.num_replicas_in_sync,
-                   gradient_accumulation_steps=args.gradient_accumulation_steps)
+                   gradient_accumulation_steps=args.gradient_accumulation_steps,
+                   started_from=args.model_name_or_path)  # None: random weights.
 
     # Train in rounds, each ending with an evaluation, checkpointing as it goes.
     training_data, eval_data = distributed_datasets(args, strategy, plan, tokenizer, train_files, eval_files)
@@ -246,43 +267,136 @@ def train(trainer, training_data, eval_data, plan, start_step, stopper, round_en
 # and 🤗 Transformers: lift it into your own code as it is.
 
 
-def default_max_predictions(mlm_probability, max_length):
+def default_max_predictions(mlm_probability, max_length, masking="token"):
     """Positions per sequence the LM head computes logits at: the expected number of masks plus three standard
-    deviations, rounded up to a multiple of 8 (a friendly shape for TPUs): the cap almost never bites."""
+    deviations, rounded up to a multiple of 8 (a friendly shape for TPUs): the cap almost never bites. Spans of
+    several words vary more from sequence to sequence: twice that margin."""
     mean = mlm_probability * max_length
-    spread = 3 * math.sqrt(max_length * mlm_probability * (1 - mlm_probability))
+    spread = (2 if masking == "span" else 1) * 3 * math.sqrt(max_length * mlm_probability * (1 - mlm_probability))
     return min(max_length, 8 * math.ceil((mean + spread) / 8))
 
 
 def mask_tokens(input_ids, seed, *, mask_token_id, special_token_ids, vocab_size, mlm_probability,
-                max_predictions=0):
+                max_predictions=0, word_starts=None, spans=False):
     """Masks a batch of token ids [batch, length]: a dict of "input_ids", "labels" (and "masked_positions").
 
     Each token that is not special is chosen with probability `mlm_probability`; of those, 80 % become
     `mask_token_id`, 10 % a random token, 10 % stay. "labels" hold the original id where chosen, -100 elsewhere.
-    With `max_predictions` K > 0, at most K positions per sequence are chosen (the lowest draws), and
-    "masked_positions" [batch, K] lists them, padded with unchosen ones: the LM head needs logits there only.
-    Stateless random ops make the result a function of `seed` (two integers), and every shape is static: safe in
-    tf.data and under XLA.
+    With `word_starts` (word_start_table), whole words are chosen instead (choose_words), and with `spans`,
+    SpanBERT's spans of words. With `max_predictions` K > 0, at most K positions per sequence are chosen (the
+    lowest draws; whole words), and "masked_positions" [batch, K] lists them, padded with unchosen ones: the LM head
+    needs logits there only. Stateless random ops make the result a function of `seed` (two integers), and every
+    shape is static: safe in tf.data and under XLA.
     """
     mask_seed, replace_seed, random_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
     shape = tf.shape(input_ids)
     is_special = tf.reduce_any(input_ids[..., tf.newaxis] == special_token_ids, axis=-1)
-    draw = tf.random.stateless_uniform(shape, mask_seed)
-    chosen = ~is_special & (draw < mlm_probability)
     batch = {}
-    if max_predictions:
-        # Rank positions by their draw, chosen ones first, and keep the first K: top_k has a static shape.
-        scores = tf.where(chosen, draw, 2.0)
-        lowest = tf.math.top_k(-scores, k=max_predictions)
-        chosen &= scores <= -lowest.values[:, -1:]
-        batch["masked_positions"] = lowest.indices
-    replace_draw = tf.random.stateless_uniform(shape, replace_seed)
+    if word_starts is not None:
+        chosen, replace_draw = choose_words(input_ids, is_special, word_starts, mask_seed, replace_seed,
+                                            mlm_probability, max_predictions, spans)
+        if max_predictions:  # The chosen positions first (top_k keeps the lower index among equals).
+            batch["masked_positions"] = tf.math.top_k(tf.cast(chosen, tf.float32), k=max_predictions).indices
+    else:
+        draw = tf.random.stateless_uniform(shape, mask_seed)
+        chosen = ~is_special & (draw < mlm_probability)
+        if max_predictions:
+            # Rank positions by their draw, chosen ones first, and keep the first K: top_k has a static shape.
+            scores = tf.where(chosen, draw, 2.0)
+            lowest = tf.math.top_k(-scores, k=max_predictions)
+            chosen &= scores <= -lowest.values[:, -1:]
+            batch["masked_positions"] = lowest.indices
+        replace_draw = tf.random.stateless_uniform(shape, replace_seed)
     random_ids = tf.random.stateless_uniform(shape, random_seed, maxval=vocab_size, dtype=input_ids.dtype)
     masked_ids = tf.where(chosen & (replace_draw < 0.8), tf.cast(mask_token_id, input_ids.dtype), input_ids)
     batch["input_ids"] = tf.where(chosen & (replace_draw >= 0.8) & (replace_draw < 0.9), random_ids, masked_ids)
     batch["labels"] = tf.where(chosen, input_ids, tf.constant(-100, input_ids.dtype))
     return batch
+
+
+MAX_SPAN_WORDS = 10  # SpanBERT's clip of its span lengths (in words), drawn from Geometric(0.2).
+
+
+def choose_words(input_ids, is_special, word_starts, mask_seed, replace_seed, mlm_probability, max_predictions,
+                 spans):
+    """(chosen, replace_draw) of mask_tokens, [batch, length] each, for whole words: a token starts a word where
+    `word_starts` says so, at a sample's start, and after a special token that starts a word (each such special
+    is a word of its own, never chosen; <unk>, for unknown characters, stays inside its word). Every draw is made per word slot (a row has at most `length` words) and spread over the
+    word's tokens, so a word is chosen, and replaced 80/10/10, as a whole; each word with probability
+    `mlm_probability`, which is thus also the expected share of tokens.
+
+    With `spans`, words are chosen in SpanBERT's spans: a span of Geometric(0.2) words, clipped at
+    MAX_SPAN_WORDS, starts at each word slot with the probability span_start_probability(); a word is chosen when
+    a span covers it (spans that overlap merge, as SpanBERT's, drawn one after the other, do not). Slots before the
+    row count too, so that every word is covered with `mlm_probability`. The draws of the span's first word serve
+    the whole span. With `max_predictions` K, words are kept in the order of their draws while their tokens fit
+    in K, a word never cut."""
+    length = input_ids.shape[1]
+    starts = tf.gather(tf.constant(word_starts), input_ids)
+    starts |= tf.pad((is_special & starts)[:, :-1], [[0, 0], [1, 0]], constant_values=True)  # After <s>, </s>.
+    word = tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1  # Each token's word slot.
+    slots = MAX_SPAN_WORDS - 1 + length if spans else length  # Spans may start before the row.
+    draws = tf.random.stateless_uniform([tf.shape(input_ids)[0], slots, 2], mask_seed)
+    draw, replace = draws[..., 0], tf.random.stateless_uniform(tf.shape(draws)[:2], replace_seed)
+    if spans:
+        begins = draw < span_start_probability(mlm_probability)
+        # Geometric(0.2) lengths from the second draw, by inversion: P(length > n) = 0.8 ** n.
+        lengths = tf.minimum(1 + tf.floor(tf.math.log(1.0 - draws[..., 1]) / math.log(0.8)), MAX_SPAN_WORDS)
+        score = tf.fill([tf.shape(input_ids)[0], length], 2.0)
+        span_replace = tf.zeros_like(score)
+        for back in range(MAX_SPAN_WORDS):  # Slot w is covered by a span begun `back` slots earlier.
+            first = MAX_SPAN_WORDS - 1 - back
+            covers = begins[:, first:first + length] & (lengths[:, first:first + length] > back)
+            better = covers & (draw[:, first:first + length] < score)
+            score = tf.where(better, draw[:, first:first + length], score)
+            span_replace = tf.where(better, replace[:, first:first + length], span_replace)
+        draw, replace, chosen_word = score, span_replace, score < 2.0
+    else:
+        chosen_word = draw < mlm_probability
+    chosen = ~is_special & tf.gather(chosen_word, word, batch_dims=1)
+    if max_predictions:
+        # Chosen tokens per word slot, the slots in the order of their draws, and the words that fit in K.
+        rows = tf.range(tf.shape(word)[0])[:, tf.newaxis] * length
+        sizes = tf.reshape(tf.math.unsorted_segment_sum(tf.cast(chosen, tf.int32), word + rows,
+                                                        tf.size(word)), tf.shape(word))
+        order = tf.argsort(tf.where(sizes > 0, draw, 2.0), axis=1, stable=True)
+        fits = tf.cumsum(tf.gather(sizes, order, batch_dims=1), axis=1) <= max_predictions
+        kept = tf.gather(fits, tf.argsort(order, axis=1), batch_dims=1)
+        chosen &= tf.gather(kept, word, batch_dims=1)
+    return chosen, tf.gather(replace, word, batch_dims=1)
+
+
+def span_start_probability(mlm_probability):
+    """The probability q that a span begins at a word slot, such that a slot is covered with `mlm_probability`:
+    1 - prod over n < MAX_SPAN_WORDS of (1 - q P(length > n)) = mlm_probability, solved by bisection."""
+    survival = 0.8 ** np.arange(MAX_SPAN_WORDS)
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if 1 - np.prod(1 - middle * survival) < mlm_probability else (low, middle)
+    return (low + high) / 2
+
+
+def word_start_table(tokenizer):
+    """[vocabulary] booleans, True for the tokens that begin a word, read once from the tokenizer's pieces: for
+    SentencePiece-style tokenizers (Metaspace, this pipeline's Unigram), those beginning with "▁"; for
+    WordPiece (BERT's), those not beginning with "##"; for byte-level BPE (GPT-2, RoBERTa), "Ġ". Specials begin
+    a word, but <unk>, which stands for characters inside one. Raises UserError for a tokenizer whose pieces do not show where words begin."""
+    backend = json.loads(tokenizer.backend_tokenizer.to_str()) if tokenizer.is_fast else {}
+    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    layout = json.dumps([backend.get("pre_tokenizer"), backend.get("decoder")])
+    if backend.get("model", {}).get("type") == "WordPiece":
+        prefix = backend["model"]["continuing_subword_prefix"]
+        table = np.array([not piece.startswith(prefix) for piece in pieces])
+    elif '"Metaspace"' in layout or '"ByteLevel"' in layout:
+        marker = "▁" if '"Metaspace"' in layout else "Ġ"
+        table = np.array([piece.startswith(marker) for piece in pieces])
+    else:
+        raise UserError("--masking whole_word and span need a tokenizer whose pieces show where words begin "
+                        "(SentencePiece's ▁, WordPiece's ##, or byte-level BPE's Ġ), but this one's show "
+                        "none. Use --masking token, or a tokenizer from train_unigram.py.")
+    table[[i for i in tokenizer.all_special_ids if i != tokenizer.unk_token_id]] = True
+    return table
 
 
 def make_dataset(files, input_context, *, batch_size, max_length, masking, seed, training,
@@ -338,7 +452,21 @@ def start_from_token_frequencies(mlm, log_probs):
     """Sets the LM head's output bias to the tokens' log-frequencies: a new model then starts out predicting as the
     frequency table does. Special tokens get the lowest finite value, which keeps the logits finite in bfloat16."""
     finite = np.isfinite(log_probs)
-    mlm.get_lm_head().get_bias()["bias"].assign(np.where(finite, log_probs, log_probs[finite].min()))
+    for bias in mlm.get_lm_head().get_bias().values():  # ALBERT has two, of which TensorFlow uses one.
+        bias.assign(np.where(finite, log_probs, log_probs[finite].min()))
+
+
+# The layers between the encoder and the logits, for the models whose get_lm_head() is only the last of them.
+LM_HEAD_LAYERS = {"electra": ("generator_predictions", "generator_lm_head"),
+                  "convbert": ("generator_predictions", "generator_lm_head"),
+                  "distilbert": ("vocab_transform", "act", "vocab_layer_norm", "vocab_projector")}
+
+
+def lm_head(mlm, hidden):
+    """The logits of a 🤗 TF…ForMaskedLM `mlm` at the encoder's hidden states `hidden` [..., positions, hidden]."""
+    for name in LM_HEAD_LAYERS.get(mlm.config.model_type, ()):
+        hidden = getattr(mlm, name)(hidden)
+    return hidden if mlm.config.model_type in LM_HEAD_LAYERS else mlm.get_lm_head()(hidden)
 
 
 class Perplexity(keras.metrics.Mean):
@@ -397,7 +525,7 @@ class MaskedLMTrainer(keras.Model):
             encoder = getattr(self.mlm, self.mlm.base_model_prefix)
             hidden = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                              training=training)[0]
-            logits = self.mlm.get_lm_head()(tf.gather(hidden, batch["masked_positions"], batch_dims=1))
+            logits = lm_head(self.mlm, tf.gather(hidden, batch["masked_positions"], batch_dims=1))
             labels, inputs = (tf.gather(batch[name], batch["masked_positions"], batch_dims=1)
                               for name in ("labels", "input_ids"))
         else:
@@ -434,8 +562,9 @@ class MaskedLMTrainer(keras.Model):
         for i in range(steps):
             with tf.GradientTape() as tape:
                 stats = self._masked_lm_sums({name: value[i] for name, value in micro_batches.items()}, True)
-            gradients = [tf.convert_to_tensor(gradient)
-                         for gradient in tape.gradient(stats["cross_entropy"], self.mlm.trainable_variables)]
+            # Zeros for the weights the loss does not reach (a pooler, ALBERT's second output bias).
+            gradients = [tf.convert_to_tensor(gradient) for gradient in tape.gradient(
+                stats["cross_entropy"], self.mlm.trainable_variables, unconnected_gradients="zero")]
             gradient_sums = gradients if gradient_sums is None else [
                 total + gradient for total, gradient in zip(gradient_sums, gradients)]
             stat_sums = stats if stat_sums is None else {name: stat_sums[name] + stats[name] for name in stats}
@@ -590,7 +719,8 @@ def masking_arguments(args, tokenizer):
     """mask_tokens' arguments, from the flags and the tokenizer."""
     return dict(mask_token_id=tokenizer.mask_token_id, special_token_ids=tokenizer.all_special_ids,
                 vocab_size=len(tokenizer), mlm_probability=args.mlm_probability,
-                max_predictions=args.max_predictions_per_seq)
+                max_predictions=args.max_predictions_per_seq, spans=args.masking == "span",
+                word_starts=None if args.masking == "token" else word_start_table(tokenizer))
 
 
 def distributed_datasets(args, strategy, plan, tokenizer, train_files, eval_files):
@@ -617,26 +747,95 @@ def distributed_datasets(args, strategy, plan, tokenizer, train_files, eval_file
 # The model and how long it trains
 
 
+def config_overrides(text):
+    """An argparse type: --config_overrides as given ("name=value,..."), its rates and sizes checked here; the names
+    and the other values are checked once the config is loaded (model_config). A dropout rate of 1 or more, or a
+    size of 0, would train a model that cannot learn, or fail deep in Keras."""
+    for name, _, value in (pair.partition("=") for pair in text.split(",")):
+        if "dropout" in name and value != "None" and not 0 <= float(value) < 1:
+            raise argparse.ArgumentTypeError(f"{name} is a dropout rate: it must be in [0, 1), got {value}")
+        if (name.endswith("_size") or name.startswith("num_") or name == "max_position_embeddings") \
+                and not int(value) > 0:
+            raise argparse.ArgumentTypeError(f"{name} must be a positive number, got {value}")
+    return text
+
+
 def model_config(args, tokenizer):
-    """The model config: --pretrained_model_config, --config_overrides, and the tokenizer's vocabulary and ids."""
-    config = load_config(args.pretrained_model_config, "--pretrained_model_config",
-                         "Pass a Hub model id (online), or a local folder holding config.json, or a config file.")
+    """The model config: --pretrained_model_config, --config_overrides, and the tokenizer's vocabulary and ids; or
+    that of --model_name_or_path, whose weights fix every shape: dropout overrides only, and its own tokenizer."""
+    start = args.model_name_or_path
+    config = load_config(start or args.pretrained_model_config,
+                         "--model_name_or_path" if start else "--pretrained_model_config",
+                         "Pass a Hub model id (online), or a local folder holding config.json"
+                         + ("." if start else ", or a config file."))
+    original = config.to_dict()
     if args.config_overrides:
         try:
             config.update_from_string(args.config_overrides)
         except ValueError as err:
             raise UserError(f"bad --config_overrides {args.config_overrides!r}: {err}") from err
-    config.update(dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id))
-    check_max_length(config, args.max_length, can_override=True)
+    if config.model_type not in ARCHITECTURES:
+        logger.warning("%s is not among the architectures tested with this pipeline (README, \"Architectures\"): it "
+                       "may fail at its first step, and it gets no PyTorch copy.", config.model_type)
+    if not start:
+        config.update(dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                           bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id))
+        check_max_length(config, args.max_length, can_override=True)
+        return config
+    changed = [key for key, value in config.to_dict().items() if original.get(key) != value and "dropout" not in key]
+    if changed:
+        raise UserError(f"--config_overrides sets {changed[0]}, but the model of --model_name_or_path {start!r} "
+                        f"has {changed[0]}={original.get(changed[0])!r} in its weights: starting from a model, "
+                        "only dropout may change. Drop it, or train a new model of that shape from scratch "
+                        "(--pretrained_model_config).")
+    refuse_a_tokenizer_not_the_models(args, config, tokenizer)
+    check_max_length(config, args.max_length, weights_from=start)
     return config
 
 
+def refuse_a_tokenizer_not_the_models(args, config, tokenizer):
+    """Stops unless `tokenizer` (--tokenizer, which the shards were checked against) is the model's own: another
+    vocabulary would give every id the embedding of another token. The model's tokenizer, where its folder has one,
+    must have the same tokens at the same ids, special ones included; else the sizes and the pad id must fit."""
+    from transformers import AutoTokenizer
+
+    start = args.model_name_or_path
+    try:
+        own = AutoTokenizer.from_pretrained(local_copy(start))
+    except (OSError, ValueError):  # A model folder without tokenizer files.
+        own = None
+        logger.warning("The model %s has no tokenizer to compare --tokenizer with: only its size is checked.", start)
+
+    def special_ids(tokenizer):
+        return {name: getattr(tokenizer, name + "_token_id") for name in ("pad", "mask", "bos", "eos", "unk")}
+
+    if own is None:
+        if len(tokenizer) <= config.vocab_size and tokenizer.pad_token_id == config.pad_token_id:
+            return
+        difference = (f"{len(tokenizer)} tokens and pad id {tokenizer.pad_token_id}, the model {config.vocab_size} "
+                      f"embeddings and pad id {config.pad_token_id}")
+    elif vocabulary_fingerprint(own.backend_tokenizer) != vocabulary_fingerprint(tokenizer.backend_tokenizer):
+        difference = (f"{len(tokenizer)} tokens, the model's {len(own)}" if len(own) != len(tokenizer)
+                      else f"{len(tokenizer)} tokens as the model's, but other tokens or ids")
+    elif special_ids(tokenizer) != special_ids(own):
+        difference = f"special tokens at other ids ({special_ids(tokenizer)}, the model's {special_ids(own)})"
+    else:
+        return
+    raise UserError(
+        f"--tokenizer {args.tokenizer!r} is not the tokenizer of the model {start!r}: {difference}. Its ids would "
+        "mean other tokens to the model. Drop --tokenizer (the model's is the default), and write the shards with "
+        f"the model's tokenizer: prepare_tfrecord_shards.py --tokenizer_name_or_path {start} ...")
+
+
 def build_trainer(args, config, tokenizer, plan, jit_compile, train_files):
-    """A new model in a compiled MaskedLMTrainer, and its learning-rate schedule. Call it in the strategy's scope.
-    The token counts beside the shards give the frequency baseline, and (--output_bias) the starting output bias."""
-    mlm = TFAutoModelForMaskedLM.from_config(config)
-    mlm.build_in_name_scope()  # The weights now, with the names that save_pretrained expects.
+    """The model (new, or that of --model_name_or_path) in a compiled MaskedLMTrainer, and its learning-rate
+    schedule. Call it in the strategy's scope. The token counts beside the shards give the frequency baseline, and
+    (--output_bias) a new model's starting output bias: a loaded one keeps its own."""
+    if args.model_name_or_path:
+        mlm = load_pretrained_model(TFAutoModelForMaskedLM, args.model_name_or_path, "--model_name_or_path", config)
+    else:
+        mlm = TFAutoModelForMaskedLM.from_config(config)
+        mlm.build_in_name_scope()  # The weights now, with the names that save_pretrained expects.
     optimizer, learning_rate = create_optimizer(init_lr=args.learning_rate, num_train_steps=plan.total_steps,
                                                 num_warmup_steps=plan.warmup_steps,
                                                 weight_decay_rate=args.weight_decay_rate)
@@ -645,7 +844,7 @@ def build_trainer(args, config, tokenizer, plan, jit_compile, train_files):
     if tf.io.gfile.exists(counts_path):
         with tf.io.gfile.GFile(counts_path) as f:  # One count per token id: find_shards checked the vocabulary.
             frequency_table = frequency_log_probs(json.load(f), tokenizer.all_special_ids)
-        if args.output_bias == "frequencies":
+        if args.output_bias == "frequencies" and not args.model_name_or_path:
             start_from_token_frequencies(mlm, frequency_table)  # A checkpoint restored later replaces it.
     else:
         logger.warning("No %s beside the training shards (shards of the original example): the metrics leave out "
@@ -883,6 +1082,169 @@ INPUT_CHECK_BATCHES = 20  # Per call of pull_batches: a few milliseconds on a fa
 RUN_STATE = ("checkpoints", "logs", "training_results.json")
 
 
+class OutputDirLease:
+    """One run at a time per --output_dir: {output_dir}/running.json names the run that writes there (host, process,
+    start) and when it last renewed its claim. The chief holds it (the other hosts of a multi-host run write only
+    to scratch folders), renews it every RENEW_SECONDS from a thread, and deletes it when its process exits.
+
+    A run killed with SIGKILL, or on a lost VM, cannot delete it. A later run takes over when the holder is gone:
+    on the holder's host, once its process no longer lives; elsewhere (a gs:// folder, or a local one shared across
+    hosts), once the claim has not been renewed for LEASE_SECONDS. Deleting the file takes over at once. Claims are
+    atomic (a file created only if absent, a rename; in a bucket, a write conditional on the object's generation):
+    of two runs that start together, one wins."""
+
+    NAME = "running.json"
+    LEASE_SECONDS = 600  # Ten missed renewals: a slow bucket or a long pause is not taken for a lost VM.
+    RENEW_SECONDS = 60
+
+    def __init__(self, output_dir):
+        self.output_dir, self.path = output_dir, os.path.join(output_dir, self.NAME)
+        self.claim = {"host": socket.gethostname(), "pid": os.getpid(), "process_start": process_start(os.getpid()),
+                      "started": time.time(), "renewed": time.time(), "run": uuid.uuid4().hex}
+        self.generation = None  # In a bucket: the object's generation, as this run last wrote it.
+        self.stopped = threading.Event()
+
+    def hold(self):
+        """Claims the folder, or raises UserError naming the run that holds it; released when the process exits."""
+        holder, generation = self.read()
+        if holder is not None and self.holder_is_running(holder):
+            raise UserError(self.held_message(holder))
+        if holder is not None:
+            logger.warning("%s names a run that ended without releasing it (%s): this run takes over.", self.path,
+                           describe_run(holder))
+        if not self.claim_folder(holder is not None, generation):
+            raise UserError(self.held_message(self.read()[0] or {}))  # Another run claimed it first.
+        atexit.register(self.release)
+        threading.Thread(target=self.renew_until_stopped, daemon=True, name="output-dir-lease").start()
+
+    def holder_is_running(self, holder):
+        if holder.get("host") == self.claim["host"]:
+            started = process_start(holder.get("pid"))
+            if started is not None:  # /proc says whether its process lives, and whether it is the same one.
+                return started == holder.get("process_start")
+        return time.time() - holder.get("renewed", 0) < self.LEASE_SECONDS
+
+    def held_message(self, holder):
+        here = holder.get("host") == self.claim["host"]
+        return (f"another run is writing into --output_dir {self.output_dir!r}: {describe_run(holder)}. Two runs "
+                "in one folder would overwrite each other's checkpoints and model. Wait for it to end, or stop it "
+                f"(Ctrl-C, or `kill {holder.get('pid')}` on host {holder.get('host')}: it saves a checkpoint, and "
+                "the same command resumes from it), or choose another --output_dir."
+                + ("" if here else " If that run is gone (its VM lost), a new run takes over once its claim expires, "
+                   f"at {utc(holder.get('renewed', 0) + self.LEASE_SECONDS)} ({self.LEASE_SECONDS // 60} minutes "
+                   f"after it was last renewed), or at once if you delete {self.path}."))
+
+    def read(self):
+        """(the claim in the folder, its generation in a bucket), or (None, None) when there is none; {} for a file
+        that is not a claim (cut short by a full disk, say), which names no run and has expired."""
+        if is_gcs_path(self.path):
+            blob = gcs_blob(self.path)
+            from google.api_core.exceptions import NotFound
+
+            try:
+                blob.reload()  # Its generation, then the bytes of that generation.
+                data = blob.download_as_bytes(if_generation_match=blob.generation)
+            except NotFound:
+                return None, None
+            generation = blob.generation
+        else:
+            try:
+                with open(self.path, "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                return None, None
+            generation = None
+        try:
+            claim = json.loads(data)
+        except ValueError:
+            claim = None
+        return claim if isinstance(claim, dict) else {}, generation
+
+    def claim_folder(self, replacing, generation):
+        """Writes this run's claim where there was none, or over the ended run's; False if another run won."""
+        data = json.dumps(self.claim, indent=2).encode()
+        if is_gcs_path(self.path):
+            return self.write_to_bucket(data, expected_generation=generation or 0)  # 0: only if there is none.
+        os.makedirs(self.output_dir, exist_ok=True)
+        if replacing:  # A rename is atomic: of two runs taking over, one moves the ended run's claim away.
+            try:
+                os.rename(self.path, f"{self.path}.{self.claim['run']}")
+            except FileNotFoundError:
+                return False
+            os.remove(f"{self.path}.{self.claim['run']}")
+        try:
+            with open(self.path, "xb") as f:  # Only if there is none.
+                f.write(data)
+        except FileExistsError:
+            return False
+        return True
+
+    def write_to_bucket(self, data, expected_generation):
+        from google.api_core.exceptions import PreconditionFailed
+
+        blob = gcs_blob(self.path)
+        try:
+            blob.upload_from_string(data, if_generation_match=expected_generation)
+        except PreconditionFailed:
+            return False
+        self.generation = blob.generation
+        return True
+
+    def renew(self):
+        """Writes the claim again with the time now; False when another run has taken the folder over."""
+        self.claim["renewed"] = time.time()
+        data = json.dumps(self.claim, indent=2).encode()
+        if is_gcs_path(self.path):
+            return self.write_to_bucket(data, expected_generation=self.generation)
+        if (self.read()[0] or {}).get("run") != self.claim["run"]:
+            return False
+        try:
+            with open(f"{self.path}.tmp", "wb") as f:
+                f.write(data)
+            os.replace(f"{self.path}.tmp", self.path)
+        except OSError:  # A full disk: no stray file left beside the claim.
+            with contextlib.suppress(OSError):
+                os.remove(f"{self.path}.tmp")
+            raise
+        return True
+
+    def renew_until_stopped(self):
+        while not self.stopped.wait(self.RENEW_SECONDS):
+            try:
+                if not self.renew():
+                    logger.error("Another run has taken over %s: two runs now write into %s. Stop one of them.",
+                                 self.path, self.output_dir)
+                    return
+            except Exception as err:  # One failed renewal (a full disk, the network) must not end the run.
+                logger.warning("Could not renew %s: %s", self.path, err)
+
+    def release(self):
+        self.stopped.set()
+        if (self.read()[0] or {}).get("run") == self.claim["run"]:  # Never another run's claim.
+            delete(self.path)
+
+
+def describe_run(claim):
+    return (f"process {claim.get('pid', '?')} on host {claim.get('host', '?')}, started "
+            f"{utc(claim.get('started', 0))}, its claim last renewed {utc(claim.get('renewed', 0))}")
+
+
+def process_start(pid):
+    """When the process `pid` started, in clock ticks since boot (so that a new process given the same id is not
+    taken for it); "gone" when there is no such process; None where /proc cannot say."""
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]  # Field 22; the name before ")" may hold spaces.
+    except FileNotFoundError:
+        return "gone"
+    except (OSError, TypeError, ValueError, IndexError):
+        return None
+
+
+def utc(seconds):
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+
+
 def check_where_the_run_starts(args, plan, recorded, is_chief):
     """False when an earlier run of this command (`recorded`: its results) trained `plan.total_steps` and saved its
     model: nothing left to do. Else refuses an --output_dir that holds something other than a run to resume (with
@@ -895,8 +1257,9 @@ def check_where_the_run_starts(args, plan, recorded, is_chief):
                     f" (this command asks for {plan.total_steps})" if saved_at > plan.total_steps else "")
         return False
     if is_chief and saved_at is None:  # A folder with a model this script saved is this script's.
-        check_output_dir(args.output_dir, args.overwrite, resumable=RUN_STATE, stale=RUN_STATE)
-    latest = None if args.overwrite else tf.train.latest_checkpoint(os.path.join(args.output_dir, "checkpoints"))
+        check_output_dir(args.output_dir, args.overwrite, resumable=(*RUN_STATE, OutputDirLease.NAME),
+                         stale=RUN_STATE)
+    latest = None if args.overwrite else last_checkpoint(os.path.join(args.output_dir, "checkpoints"))
     step = latest and int(latest.rsplit("-", 1)[1])  # Checkpoints are numbered by their step.
     if latest and recorded.get("global_batch_size", plan.global_batch_size) != plan.global_batch_size:
         raise UserError(
@@ -919,9 +1282,11 @@ def restore_last_checkpoint(args, trainer, is_chief):
     """Restores the last checkpoint in --output_dir, if any: weights, optimizer state and step, hence the
     learning-rate schedule. Returns the CheckpointManager that saves the next ones; the other hosts of a
     multi-worker job take part in saving (a collective operation), into a scratch folder."""
-    checkpoint = tf.train.Checkpoint(model=trainer.mlm, optimizer=trainer.optimizer)
     directory = os.path.join(args.output_dir, "checkpoints")
-    latest = None if args.overwrite else tf.train.latest_checkpoint(directory)
+    latest = None if args.overwrite else last_checkpoint(directory)
+    if latest:
+        check_checkpoint(latest, directory)
+    checkpoint = tf.train.Checkpoint(model=trainer.mlm, optimizer=trainer.optimizer)
     if latest:
         checkpoint.restore(latest)
         logger.info("Resuming from %s, at step %d", latest, int(trainer.optimizer.iterations.numpy()))
@@ -966,7 +1331,14 @@ class CheckpointAndStop(keras.callbacks.Callback):
         self.model.stop_training = self.stop_requested or diverged
 
     def save(self, step):
-        self.manager.save(checkpoint_number=step)
+        directory = self.manager.directory
+        try:
+            with out_of_space_in_run(directory, f"the checkpoint of step {step}", directory):
+                self.manager.save(checkpoint_number=step)
+        except UserError:  # The files of the failed save go, giving their space back; the last good one stays.
+            for leftover in tf.io.gfile.glob(os.path.join(directory, f"ckpt-{step}[._]*")):
+                delete(leftover)
+            raise
         self.last_saved_step = step
 
     def finish(self, step):
@@ -1006,8 +1378,15 @@ class ResultsFile(dict):
         self.update(fields)
         if self.is_chief:
             tf.io.gfile.makedirs(os.path.dirname(self.path))  # The first record comes before any checkpoint.
-            with tf.io.gfile.GFile(self.path, "w") as f:
-                json.dump(self, f, indent=2)
+            with out_of_space_in_run(os.path.dirname(self.path), os.path.basename(self.path),
+                                     os.path.join(os.path.dirname(self.path), "checkpoints")):
+                try:  # Written whole, then renamed: a full disk leaves the last complete file.
+                    with tf.io.gfile.GFile(self.path + ".tmp", "w") as f:
+                        json.dump(self, f, indent=2)
+                    tf.io.gfile.rename(self.path + ".tmp", self.path, overwrite=True)
+                except Exception:
+                    delete(self.path + ".tmp")
+                    raise
 
 
 class RoundEnd(keras.callbacks.Callback):
@@ -1019,18 +1398,22 @@ class RoundEnd(keras.callbacks.Callback):
     def __init__(self, results, log_dir, learning_rate_schedule, throughput):
         super().__init__()
         self.results, self.learning_rate_schedule, self.throughput = results, learning_rate_schedule, throughput
-        self.writers = {part: tf.summary.create_file_writer(os.path.join(log_dir, part)) for part in ("train", "eval")}
+        self.log_dir, self.checkpoint_dir = log_dir, os.path.join(os.path.dirname(log_dir), "checkpoints")
+        with out_of_space_in_run(log_dir, "TensorBoard logs", self.checkpoint_dir):
+            self.writers = {part: tf.summary.create_file_writer(os.path.join(log_dir, part))
+                            for part in ("train", "eval")}
         self.execution_ends = []  # (time, steps done in the round) at the end of each execution of the round.
         self.compared_with_input = False
         self.ended_at = None  # When the last round's figures were written.
 
     def write_tensorboard(self, part, metrics, step):
-        with self.writers[part].as_default(step=step):
-            for name, value in metrics.items():
-                tf.summary.scalar(name, value)
-            if part == "train":
-                tf.summary.scalar("learning_rate", self.learning_rate_schedule(step))
-        self.writers[part].flush()
+        with out_of_space_in_run(self.log_dir, "TensorBoard logs", self.checkpoint_dir):
+            with self.writers[part].as_default(step=step):
+                for name, value in metrics.items():
+                    tf.summary.scalar(name, value)
+                if part == "train":
+                    tf.summary.scalar("learning_rate", self.learning_rate_schedule(step))
+            self.writers[part].flush()
 
     def on_epoch_begin(self, epoch, logs=None):
         self.execution_ends = [(time.perf_counter(), 0)]
@@ -1054,6 +1437,18 @@ class RoundEnd(keras.callbacks.Callback):
         self.write_tensorboard("train", {**train, **speed}, step)
         self.write_tensorboard("eval", evaluation, step)
         self.ended_at = time.perf_counter()
+
+
+def out_of_space_in_run(folder, what, checkpoint_dir):
+    """utils.out_of_space_named for what a run writes as it goes: its checkpoints stay, and after space is freed,
+    the same command resumes from the last one."""
+    def then():
+        latest = last_checkpoint(checkpoint_dir)
+        return (f"The checkpoints in {checkpoint_dir!r} are intact, the last {latest!r}: free space, then run the "
+                "same command again; it resumes from there." if latest else "No checkpoint was saved yet: free "
+                "space, then run the same command again; it starts over.")
+
+    return out_of_space_named(folder, what, then)
 
 
 def format_metrics(metrics):
@@ -1095,13 +1490,15 @@ def save_model(args, trainer, tokenizer, config, results, plan):
     results.record(step=step, model_type=config.model_type, vocab_size=config.vocab_size,
                    train_samples=plan.train_samples)
     metrics = "\n".join(f"| {name} | {value:.4f} |" for name, value in results.get("final_eval", {}).items())
-    description = f"""A {config.model_type} masked language model pre-trained from scratch with TensorFlow (`run_mlm.py`
-of a TF + 🤗 Transformers TPU pre-training pipeline).
+    origin = (f"continued from `{args.model_name_or_path}`" if args.model_name_or_path
+              else f"`{args.pretrained_model_config}` from scratch")
+    description = f"""A {config.model_type} masked language model pre-trained with TensorFlow (`run_mlm.py` of a TF + 🤗
+Transformers TPU pre-training pipeline), {origin}.
 
 - Training data: `{args.train_dataset}`, {plan.train_samples} samples of {args.max_length} tokens
 - Evaluation data: `{args.eval_dataset}`
 - Tokenizer: `{args.tokenizer}`, vocabulary of {config.vocab_size}
-- Architecture: `{args.pretrained_model_config}` with overrides `{args.config_overrides or 'none'}`
+- Config overrides: `{args.config_overrides or 'none'}`
 - Steps: {step} at a global batch of {plan.global_batch_size} samples ({results['num_replicas']} replicas),
   learning rate {args.learning_rate}, weight decay {args.weight_decay_rate}
 
@@ -1121,8 +1518,8 @@ only those whose input was `<mask>`, for the model and for a table of the traini
         save_pytorch_copy(mlm, tokenizer, folder)
         write_model_card(folder, args.output_dir, "fill-mask", "The capital of France is <mask>.", description)
 
-    save_folder(args.output_dir, write, "Model, tokenizer and model card", args.hub_model_id,
-                f"Pre-trained for {step} steps", ignore_patterns=["checkpoints/*"])  # Logs are welcome on the Hub.
+    save_folder(args.output_dir, write, "Model, tokenizer and model card", args.hub_model_id,  # Logs go to the Hub.
+                f"Pre-trained for {step} steps", ignore_patterns=["checkpoints/*", OutputDirLease.NAME])
     results.record(saved_model_step=step)
 
 
