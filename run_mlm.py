@@ -943,7 +943,9 @@ def training_flops_per_token(config, max_length, max_predictions):
                      + 2 L h                attention: scores against L keys, then the sum of L values
         LM head      K / L x (h^2 + h V)    its dense layer and the projection onto the vocabulary, at K of L
     Embeddings are looked up (the vocabulary projection reuses the word embeddings, counted in the head); biases,
-    layer norms, activations, softmaxes and the optimizer update are left out: a few percent.
+    layer norms, activations, softmaxes and the optimizer update are left out: a few percent. Architectures that
+    differ (an embedding_size other than h, as ELECTRA's; DeBERTa's relative-position attention) are counted as if
+    they were BERT's: roughly.
     """
     hidden, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
     per_layer = 4 * hidden**2 + 2 * hidden * config.intermediate_size + 2 * max_length * hidden
