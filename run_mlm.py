@@ -943,14 +943,18 @@ def training_flops_per_token(config, max_length, max_predictions):
                      + 2 L h                attention: scores against L keys, then the sum of L values
         LM head      K / L x (h^2 + h V)    its dense layer and the projection onto the vocabulary, at K of L
     Embeddings are looked up (the vocabulary projection reuses the word embeddings, counted in the head); biases,
-    layer norms, activations, softmaxes and the optimizer update are left out: a few percent. Architectures that
-    differ (an embedding_size other than h, as ELECTRA's; DeBERTa's relative-position attention) are counted as if
-    they were BERT's: roughly.
+    layer norms, activations, softmaxes and the optimizer update are left out: a few percent. DeBERTa's
+    relative-position attention and ConvBERT's convolutions are counted as BERT's attention: roughly.
     """
     hidden, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
-    per_layer = 4 * hidden**2 + 2 * hidden * config.intermediate_size + 2 * max_length * hidden
-    head = (max_predictions or max_length) / max_length * (hidden**2 + hidden * vocab)
-    return 6 * (layers * per_layer + head)
+    feed_forward = getattr(config, "intermediate_size", None) or config.hidden_dim  # DistilBERT's name for it.
+    # ALBERT, ELECTRA and ConvBERT embed in a smaller size e: projected to h for every token, and the head's dense
+    # layer maps h to e before the vocabulary projection.
+    embedding = getattr(config, "embedding_size", None) or hidden
+    projection = hidden * embedding if embedding != hidden else 0
+    per_layer = 4 * hidden**2 + 2 * hidden * feed_forward + 2 * max_length * hidden
+    head = (max_predictions or max_length) / max_length * (hidden * embedding + embedding * vocab)
+    return 6 * (projection + layers * per_layer + head)
 
 
 def model_flops_utilization(flops_per_second, peak_flops):
