@@ -943,12 +943,18 @@ def training_flops_per_token(config, max_length, max_predictions):
                      + 2 L h                attention: scores against L keys, then the sum of L values
         LM head      K / L x (h^2 + h V)    its dense layer and the projection onto the vocabulary, at K of L
     Embeddings are looked up (the vocabulary projection reuses the word embeddings, counted in the head); biases,
-    layer norms, activations, softmaxes and the optimizer update are left out: a few percent.
+    layer norms, activations, softmaxes and the optimizer update are left out: a few percent. DeBERTa's
+    relative-position attention and ConvBERT's convolutions are counted as BERT's attention: roughly.
     """
     hidden, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
-    per_layer = 4 * hidden**2 + 2 * hidden * config.intermediate_size + 2 * max_length * hidden
-    head = (max_predictions or max_length) / max_length * (hidden**2 + hidden * vocab)
-    return 6 * (layers * per_layer + head)
+    feed_forward = getattr(config, "intermediate_size", None) or config.hidden_dim  # DistilBERT's name for it.
+    # ALBERT, ELECTRA and ConvBERT embed in a smaller size e: projected to h for every token, and the head's dense
+    # layer maps h to e before the vocabulary projection.
+    embedding = getattr(config, "embedding_size", None) or hidden
+    projection = hidden * embedding if embedding != hidden else 0
+    per_layer = 4 * hidden**2 + 2 * hidden * feed_forward + 2 * max_length * hidden
+    head = (max_predictions or max_length) / max_length * (hidden * embedding + embedding * vocab)
+    return 6 * (projection + layers * per_layer + head)
 
 
 def model_flops_utilization(flops_per_second, peak_flops):
@@ -1005,7 +1011,8 @@ class Throughput:
 
     def figures(self, steps, seconds):
         tokens_per_second = steps * self.tokens_per_step / seconds
-        figures = {"tokens_per_second": tokens_per_second, "samples_per_second": steps * self.samples_per_step / seconds,
+        figures = {"tokens_per_second": tokens_per_second,
+                   "samples_per_second": steps * self.samples_per_step / seconds,
                    "flops_per_token": self.flops_per_token, "tflops": tokens_per_second * self.flops_per_token / 1e12}
         if self.peak_flops:
             figures["mfu_percent"] = model_flops_utilization(figures["tflops"] * 1e12, self.peak_flops)
@@ -1057,10 +1064,11 @@ def check_input_pipeline(args, plan, tokenizer, train_files, throughput, results
     with tf.device("/cpu:0"):  # The host's CPU, wherever the devices are.
         iterator = iter(dataset)
         pull_batches(iterator, tf.constant(1))  # Waits for the shuffle buffer to fill.
-        batches, start = 0, time.perf_counter()
-        while (seconds := time.perf_counter() - start) < args.input_check_seconds:
+        batches, start, seconds = 0, time.perf_counter(), 0.0
+        while seconds < args.input_check_seconds or not batches:  # Some batches, however short the time asked.
             pull_batches(iterator, tf.constant(INPUT_CHECK_BATCHES))
             batches += INPUT_CHECK_BATCHES
+            seconds = time.perf_counter() - start
     samples_per_second = throughput.input_samples_per_second = batches * plan.batch_per_replica_step / seconds
     at_peak = "" if throughput.peak_flops is None else (
         "; at the devices' peak, training would take "

@@ -4,7 +4,7 @@ the devices' peaks."""
 import types
 
 import pytest
-from transformers import RobertaConfig, TFAutoModelForMaskedLM
+from transformers import DistilBertConfig, ElectraConfig, RobertaConfig, TFAutoModelForMaskedLM
 
 import run_mlm
 from run_mlm import Throughput, model_flops_utilization, peak_flops, training_flops_per_token
@@ -30,10 +30,23 @@ def test_flops_per_token_against_a_hand_count():
     mlm = TFAutoModelForMaskedLM.from_config(CONFIG)
     mlm.build_in_name_scope()
     sizes = {weight.name: int(weight.shape.num_elements()) for weight in mlm.weights}
-    layer_kernels = sum(size for name, size in sizes.items() if "/encoder/layer_" in name and name.endswith("kernel:0"))
+    layer_kernels = sum(size for name, size in sizes.items()
+                        if "/encoder/layer_" in name and name.endswith("kernel:0"))
     assert layer_kernels == 2 * (64 + 64)
-    head_matrices = [size for name, size in sizes.items() if "lm_head/dense/kernel" in name or "word_embeddings" in name]
+    head_matrices = [size for name, size in sizes.items()
+                     if "lm_head/dense/kernel" in name or "word_embeddings" in name]
     assert sorted(head_matrices) == [16, 40]
+
+
+def test_flops_per_token_of_smaller_embeddings_and_distilbert_names():
+    # ELECTRA embeds in 2 here: 4x2 to project each token's embedding to the hidden size; the head's dense layer
+    # maps 4 to 2, then 2x10 onto the vocabulary: (8 + 20) / 4 = 7 per token. DistilBERT names the same sizes
+    # otherwise: the count of CONFIG.
+    electra = ElectraConfig(vocab_size=10, embedding_size=2, hidden_size=4, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=8)
+    assert training_flops_per_token(electra, LENGTH, HEAD_POSITIONS) == 6 * (8 + 2 * (64 + 64 + 128) + 7)
+    distilbert = DistilBertConfig(vocab_size=10, dim=4, n_layers=2, n_heads=2, hidden_dim=8)
+    assert training_flops_per_token(distilbert, LENGTH, HEAD_POSITIONS) == 3156
 
 
 def test_figures_and_mfu_against_a_given_peak():
