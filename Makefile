@@ -15,7 +15,7 @@ OUT ?= demo-output
 # of the Hub's copy.
 BANKING77 ?=
 
-.PHONY: demo test test-pytorch smoke clean install-tpu check-tpu lock
+.PHONY: demo test test-fast test-pytorch smoke clean install-tpu check-tpu lock
 
 # Only when the lock is missing: a Python the README does not name.
 locks/%:
@@ -96,6 +96,10 @@ endif
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest tests
 
+# The quick subset, for after every change (a few minutes on 2 cores): the tests marked `fast` (pytest.ini).
+test-fast: $(VENV)/.installed-test
+	$(BIN)/python -m pytest tests -m fast
+
 # The saved models loaded where users take them: 🤗 Transformers 5 with PyTorch, no TensorFlow, in an environment of
 # its own (on Linux, PyPI's torch brings CUDA libraries; PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
 # gets the smaller CPU build).
@@ -107,8 +111,7 @@ $(PYTORCH_VENV)/.installed:
 
 test-pytorch: $(VENV)/.installed-test $(PYTORCH_VENV)/.installed
 	PYTORCH_PYTHON=$(abspath $(PYTORCH_VENV))/bin/python $(BIN)/python -m pytest tests/test_export_model.py \
-		tests/test_architectures.py \
-		-k transformers_5
+		tests/test_pytorch_weights.py tests/test_architectures.py -k transformers_5
 
 # The four scripts end to end on the test data, a tiny model, in the demo's environment, in a minute or two: CI runs
 # it on the Pythons the README names that the test suite does not run on (make smoke PYTHON=python3.12 VENV=...).

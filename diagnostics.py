@@ -125,6 +125,20 @@ INSTALL_TPU_ADVICE = ("Install TensorFlow's TPU build as the README's \"On a TPU
                       "(`make install-tpu`), then check it with `python utils.py check-tpu`.")
 
 
+def damaged_checkpoint_message(damaged, error, intact):
+    """The message for the checkpoint `damaged`, which utils.check_checkpoint could not read (`error`); `intact`:
+    the last intact checkpoint before it, or None."""
+    reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+    remove = f"gcloud storage rm '{damaged}.*'" if damaged.startswith("gs://") else f"rm {damaged}.*"
+    return (f"the checkpoint {damaged} is damaged: {reason} ({type(error).__name__}). Its files were cut short or "
+            "changed (a full disk, an interrupted copy). "
+            + (f"The checkpoint before it, {intact}, is intact: to resume or export from it, delete the damaged "
+               f"checkpoint's files (`{remove}`), then run the same command again. Its steps after "
+               f"{intact.rsplit('-', 1)[-1]} are lost; nothing goes back to an earlier step unless you ask."
+               if intact else "No earlier checkpoint is intact: start the run over (run_mlm.py --overwrite), or "
+               "export a model folder saved before."))
+
+
 def describe_chips(chips):
     return ", ".join(f"{count} x TPU {generation}" for generation, count in chips.items())
 

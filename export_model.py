@@ -2,7 +2,8 @@
 """Make a model folder that 🤗 Transformers 5 loads with PyTorch, from a model this pipeline saved or from a run.
 
 SOURCE is one of:
-- a model folder saved by run_mlm.py or run_classification.py (tf_model.h5), with or without its PyTorch copy;
+- a model folder saved by run_mlm.py or run_classification.py (tf_model.h5), with or without its PyTorch copy, or
+  a folder of PyTorch weights (model.safetensors: a PyTorch copy, or a model saved by Transformers with PyTorch);
 - the --output_dir of a run_mlm.py run, going or interrupted, or its checkpoints folder: its last checkpoint
   becomes the model.
 
@@ -20,15 +21,15 @@ import os
 import shutil
 import sys
 
-import tensorflow as tf
 import transformers
-from transformers import TFAutoModelForMaskedLM
 
-from utils import (PYTORCH_SUBFOLDER, UserError, check_gcs_path, check_output_dir, load_config, load_tokenizer,
-                   local_copy, save_folder, save_pytorch_copy)
+from utils import (PYTORCH_SUBFOLDER, UserError, check_checkpoint, check_gcs_path, check_output_dir, last_checkpoint,
+                   load_config, load_pretrained_model, load_tokenizer, local_copy, save_folder, save_pytorch_copy)
 
 logger = logging.getLogger("export_model")
 
+# The weights of a model folder, TensorFlow's or PyTorch's (which run_mlm.py's checkpoints are not).
+MODEL_WEIGHTS = ("tf_model.h5", "model.safetensors", "model.safetensors.index.json")
 PASS_A_MODEL_FOLDER = ("Pass a model folder saved by run_mlm.py or run_classification.py, or the --output_dir of a "
                        "run_mlm.py run.")
 
@@ -44,13 +45,15 @@ def parse_args():
 
 
 def main(args):
+    import tensorflow as tf  # Here, not at the top: --help and a bad flag need not wait seconds for it.
+
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     check_gcs_path(args.source)
     check_gcs_path(args.output_dir, write=True)
     if not tf.io.gfile.isdir(args.source):
         raise UserError(f"SOURCE {args.source!r} is not a folder. {PASS_A_MODEL_FOLDER}")
     check_output_dir(args.output_dir, args.overwrite)
-    if tf.io.gfile.exists(os.path.join(args.source, "tf_model.h5")):
+    if any(tf.io.gfile.exists(os.path.join(args.source, name)) for name in MODEL_WEIGHTS):
         write, origin = from_model_folder(args.source)
     else:
         write, origin = from_last_checkpoint(args.source)
@@ -58,19 +61,26 @@ def main(args):
 
 
 def from_model_folder(source):
-    """(write, origin) for a saved model: its files (config, tokenizer, model card, results) and a PyTorch copy."""
+    """(write, origin) for a saved model: its files (config, tokenizer, model card, results), the TensorFlow model
+    (from PyTorch weights where it has no tf_model.h5) and a PyTorch copy."""
     local_dir = local_copy(source)  # Its files, not its sub-folders (checkpoints, logs).
     config = load_config(source, "SOURCE", PASS_A_MODEL_FOLDER)
     # No TFAuto class picks the head from config.architectures: TFRobertaForMaskedLM for RobertaForMaskedLM.
-    model = getattr(transformers, "TF" + config.architectures[0]).from_pretrained(local_dir)
+    model = load_pretrained_model(getattr(transformers, "TF" + config.architectures[0]), source, "SOURCE", config)
     tokenizer = load_tokenizer(source, "SOURCE", PASS_A_MODEL_FOLDER)
+    pytorch_weights = [name for name in os.listdir(local_dir) if name.startswith("model") and ".safetensors" in name]
 
     def write(folder):
+        if os.path.realpath(folder) == os.path.realpath(local_dir) and pytorch_weights:
+            # Transformers 4.57 would load the PyTorch weights beside tf_model.h5 first, and fail on them.
+            raise UserError(f"{source!r} holds PyTorch weights: export it into another --output_dir.")
         if os.path.realpath(folder) != os.path.realpath(local_dir):  # Else a PyTorch copy added in place.
             os.makedirs(folder, exist_ok=True)
             for name in os.listdir(local_dir):
-                if os.path.isfile(os.path.join(local_dir, name)):
+                if os.path.isfile(os.path.join(local_dir, name)) and name not in pytorch_weights:
                     shutil.copy(os.path.join(local_dir, name), folder)
+        if pytorch_weights:
+            model.save_pretrained(folder)
         save_pytorch_copy(model, tokenizer, folder)
 
     return write, source
@@ -79,10 +89,13 @@ def from_model_folder(source):
 def from_last_checkpoint(source):
     """(write, origin) for a run_mlm.py run: the model of its last checkpoint, with the config and tokenizer beside
     it, and a PyTorch copy."""
+    import tensorflow as tf
+    from transformers import TFAutoModelForMaskedLM
+
     # SOURCE is the run's --output_dir, or its checkpoints folder (which holds the index file "checkpoint").
     is_checkpoint_dir = tf.io.gfile.exists(os.path.join(source, "checkpoint"))
     checkpoint_dir = source if is_checkpoint_dir else os.path.join(source, "checkpoints")
-    checkpoint = tf.train.latest_checkpoint(checkpoint_dir)
+    checkpoint = last_checkpoint(checkpoint_dir)
     if checkpoint is None:
         raise UserError(f"{source!r} is neither a model folder (it has no tf_model.h5) nor the --output_dir "
                         "of a run_mlm.py run with a checkpoint (it has no checkpoints/checkpoint). Pass a folder "
@@ -94,6 +107,7 @@ def from_last_checkpoint(source):
                         f"to ({config_dir}), which run_mlm.py saves when a run starts or resumes. Run the same "
                         "run_mlm.py command again: it resumes from the last checkpoint and saves them; then stop it "
                         "(Ctrl-C) or let it finish.")
+    check_checkpoint(checkpoint, checkpoint_dir)
     tokenizer = load_tokenizer(config_dir, "SOURCE", PASS_A_MODEL_FOLDER)
     model = TFAutoModelForMaskedLM.from_config(load_config(config_dir, "SOURCE", PASS_A_MODEL_FOLDER))
     model.build_in_name_scope()

@@ -33,8 +33,9 @@ import tf_keras as keras
 from transformers import TFAutoModelForSequenceClassification, create_optimizer
 
 from utils import (UserError, add_hardware_arguments, check_max_length, check_output_dir, count_hosts,
-                   data_files_format, fraction, load_config, load_tokenizer, local_copy, positive_int, save_folder,
-                   save_pytorch_copy, set_up_training, strategy_name, write_model_card)
+                   data_files_format, fraction, load_config, load_pretrained_model, load_tokenizer, local_copy,
+                   non_negative_float, positive_float, positive_int, save_folder, save_pytorch_copy, set_up_training,
+                   strategy_name, write_model_card)
 
 logger = logging.getLogger("run_classification")
 
@@ -75,7 +76,8 @@ def parse_args(argv=None):
 
     model = parser.add_argument_group("model")
     model.add_argument("--model_name_or_path", required=True,
-                       help="The folder run_mlm.py saved (local or gs://), or a Hub model id: a masked-LM model, "
+                       help="The folder run_mlm.py saved (local or gs://), or its pytorch/ copy, or any folder "
+                            "of TensorFlow or PyTorch (safetensors) weights, or a Hub model id: a masked-LM model, "
                             "whose encoder gets a new classification head; or a classification model fine-tuned "
                             "on the same labels, whose head is kept. Its tokenizer is used.")
     model.add_argument("--from_scratch", action="store_true",
@@ -84,10 +86,10 @@ def parse_args(argv=None):
     training = parser.add_argument_group("training")
     training.add_argument("--per_replica_batch_size", type=positive_int, default=32,
                           help="Examples per replica and step (default: %(default)s).")
-    training.add_argument("--learning_rate", type=float, default=5e-5,
+    training.add_argument("--learning_rate", type=positive_float, default=5e-5,
                           help="Peak learning rate (default: %(default)s, for base-size models; small ones such as "
                                "the demo's learn faster at about 1e-3).")
-    training.add_argument("--weight_decay_rate", type=float, default=0.01,
+    training.add_argument("--weight_decay_rate", type=non_negative_float, default=0.01,
                           help="AdamW's decoupled weight decay, never on LayerNorm weights and biases "
                                "(default: %(default)s).")
     training.add_argument("--warmup_ratio", type=fraction, default=0.1,
@@ -394,12 +396,14 @@ def classification_config(args, label_names, tokenizer):
 
 
 def build_model(args, config):
-    """The pre-trained encoder with a new classification head, or (--from_scratch) the same with random weights."""
+    """The pre-trained encoder (TensorFlow or PyTorch weights) with a new classification head, or (--from_scratch)
+    the same with random weights."""
     if args.from_scratch:
         model = TFAutoModelForSequenceClassification.from_config(config)
         model.build_in_name_scope()  # Create the weights now, with the names that save_pretrained expects.
         return model
-    return TFAutoModelForSequenceClassification.from_pretrained(local_copy(args.model_name_or_path), config=config)
+    return load_pretrained_model(TFAutoModelForSequenceClassification, args.model_name_or_path, "--model_name_or_path",
+                                 config, new_head=True)
 
 
 class ClassifierTrainer(keras.Model):

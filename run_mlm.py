@@ -1,10 +1,11 @@
 #!/usr/bin/env python
-"""Step 3: pre-train a masked language model from scratch on the TFRecord shards of step 2.
+"""Step 3: pre-train a masked language model on the TFRecord shards of step 2, from scratch or from a model.
 
-The model is a 🤗 Transformers TF…ForMaskedLM (RoBERTa by default) built from a config, never from pretrained
-weights, trained with Keras `model.fit` under a tf.distribute strategy: TPUStrategy on a TPU VM (its chips are
+The model is a 🤗 Transformers TF…ForMaskedLM (RoBERTa by default) built from a config, or (--model_name_or_path)
+one that exists, which continues pre-training with its own weights and LM head, on the shards of its tokenizer. It
+trains with Keras `model.fit` under a tf.distribute strategy: TPUStrategy on a TPU VM (its chips are
 found in sysfs) or a TPU Node or pod slice (--tpu_name); MultiWorkerMirroredStrategy when TF_CONFIG describes a
-cluster; MirroredStrategy over several GPUs (or --num_cpu_replicas CPU devices); OneDeviceStrategy on one.
+cluster; MirroredStrategy over several GPUs (or --num_cpu_replicas CPU devices); TensorFlow's default on one.
 
 Everything that runs per batch obeys XLA, the compiler behind TPUs: no Python `if` on tensor values, no shape that
 depends on values, one input shape. So batches always hold as many samples of exactly max_length tokens, and the
@@ -25,6 +26,7 @@ Example (a small model on a CPU):
 """
 
 import argparse
+import atexit
 import contextlib
 import dataclasses
 import hashlib
@@ -33,9 +35,12 @@ import logging
 import math
 import os
 import signal
+import socket
 import sys
 import tempfile
+import threading
 import time
+import uuid
 
 import numpy as np
 import tensorflow as tf
@@ -45,8 +50,10 @@ import tf_keras as keras
 from transformers import TFAutoModelForMaskedLM, create_optimizer
 
 from utils import (ARCHITECTURES, INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, SHARD_NAME_PATTERN,
-                   TOKEN_COUNTS_NAME, Manifest, UserError, add_hardware_arguments, check_max_length, check_output_dir,
-                   count_hosts, fraction, host_addresses, is_gcs_path, load_config, load_tokenizer, positive_int,
+                   TOKEN_COUNTS_NAME, Manifest, UserError, add_hardware_arguments, check_checkpoint, check_max_length,
+                   check_output_dir, count_hosts, delete, fraction, gcs_blob, host_addresses, is_gcs_path,
+                   last_checkpoint, load_config, load_pretrained_model, load_tokenizer, local_copy, local_tpu_chips,
+                   non_negative_float, non_negative_int, out_of_space_named, positive_float, positive_int, probability,
                    save_folder, save_pytorch_copy, set_up_training, strategy_name, vocabulary_fingerprint,
                    write_model_card)
 
@@ -69,24 +76,30 @@ def parse_args():
     data.add_argument("--shuffle_buffer_size", type=positive_int, default=10_000,
                       help="Samples in the shuffle buffer: more mixes better, in more host memory "
                            "(default: %(default)s).")
-    data.add_argument("--mlm_probability", type=float, default=0.15,
+    data.add_argument("--mlm_probability", type=probability, default=0.15,
                       help="Fraction of the non-special tokens to mask (default: %(default)s).")
     data.add_argument("--masking", choices=["token", "whole_word", "span"], default="token",
                       help="What is masked at once: a token, a whole word (all its tokens), or SpanBERT's spans of "
                            "whole words (default: %(default)s).")
-    data.add_argument("--max_predictions_per_seq", type=int,
+    data.add_argument("--max_predictions_per_seq", type=non_negative_int,
                       help="Masked positions per sequence at most, where the LM head computes logits (0: at every "
                            "position). Default: the expected number plus a margin, 32 for 0.15 x 128.")
 
     model = parser.add_argument_group("model")
-    model.add_argument("--tokenizer", default="unigram-tokenizer",
-                       help="Folder written by train_unigram.py (local or gs://), or a Hub tokenizer id "
-                            "(default: %(default)s).")
-    model.add_argument("--pretrained_model_config", default="FacebookAI/roberta-base",
+    model.add_argument("--tokenizer",
+                       help="Folder written by train_unigram.py (local or gs://), or a Hub tokenizer id (default: "
+                            "that of --model_name_or_path, else unigram-tokenizer).")
+    start = model.add_mutually_exclusive_group()
+    start.add_argument("--pretrained_model_config", default="FacebookAI/roberta-base",
                        help="Architecture to train from scratch: a Hub model id, a folder holding config.json or a "
                             "config file (local or gs://); weights are never read (default: %(default)s).")
-    model.add_argument("--config_overrides",
-                       help="Changes to the config, e.g. hidden_size=256,num_hidden_layers=4,num_attention_heads=4.")
+    start.add_argument("--model_name_or_path",
+                       help="Continue pre-training this model instead: a folder saved by this pipeline or "
+                            "save_pretrained (TensorFlow or PyTorch safetensors weights, local or gs://), or a Hub "
+                            "model id. A fresh optimizer and schedule; the shards must use its tokenizer.")
+    model.add_argument("--config_overrides", type=config_overrides,
+                       help="Changes to the config, e.g. hidden_size=256,num_hidden_layers=4,num_attention_heads=4 "
+                            "(with --model_name_or_path, dropout only).")
     model.add_argument("--output_bias", choices=["frequencies", "zeros"], default="frequencies",
                        help="The LM head's initial output bias: each token's log-frequency in the training shards "
                             "(their token_counts.json), so that the first steps need not learn it; or zeros, as 🤗 "
@@ -99,13 +112,14 @@ def parse_args():
     training.add_argument("--gradient_accumulation_steps", type=positive_int, default=1,
                           help="Micro-batches per step, their gradients added up: a larger batch in the same "
                                "memory (default: %(default)s).")
-    training.add_argument("--learning_rate", type=float, default=1e-4,
+    training.add_argument("--learning_rate", type=positive_float, default=1e-4,
                           help="AdamW's peak learning rate (default: %(default)s).")
-    training.add_argument("--weight_decay_rate", type=float, default=1e-3,
+    training.add_argument("--weight_decay_rate", type=non_negative_float, default=1e-3,
                           help="AdamW's decoupled weight decay, never on LayerNorm weights and biases "
                                "(default: %(default)s).")
     warmup = training.add_mutually_exclusive_group()
-    warmup.add_argument("--warmup_steps", type=int, help="Steps of linear warmup before the linear decay to 0.")
+    warmup.add_argument("--warmup_steps", type=non_negative_int,
+                        help="Steps of linear warmup before the linear decay to 0.")
     warmup.add_argument("--warmup_ratio", type=fraction, default=0.05,
                         help="Warmup as a fraction of all steps (default: %(default)s).")
     length = training.add_mutually_exclusive_group()
@@ -116,6 +130,9 @@ def parse_args():
                           help="Steps per round; each ends with an evaluation (default: an epoch).")
     training.add_argument("--checkpoint_every_steps", type=positive_int, default=1000,
                           help="Steps between checkpoints to resume from (default: %(default)s).")
+    training.add_argument("--input_check_seconds", type=non_negative_float, default=3.0,
+                          help="Before training, time one host's input pipeline alone for this long, to compare "
+                               "with what training takes from it (0: skip) (default: %(default)s).")
     training.add_argument("--seed", type=int, default=42,
                           help="Seed of the weights, the data order and the masks (default: %(default)s).")
 
@@ -132,20 +149,23 @@ def parse_args():
         parser.error(f"--max_length must be at least {MIN_MAX_LENGTH}, got {args.max_length}: shorter samples leave "
                      "too few tokens to mask, with too little context. Write shards of 128 tokens, or at least "
                      f"{MIN_MAX_LENGTH}, with prepare_tfrecord_shards.py.")
-    if args.max_predictions_per_seq is None:
+    args.tokenizer = args.tokenizer or args.model_name_or_path or "unigram-tokenizer"
+    if args.max_predictions_per_seq is None:  # After the types checked --mlm_probability: a rate in (0, 1).
         args.max_predictions_per_seq = default_max_predictions(args.mlm_probability, args.max_length, args.masking)
-    if not (0 < args.mlm_probability < 1 and (args.warmup_steps or 0) >= 0
-            and 0 <= args.max_predictions_per_seq <= args.max_length):
-        parser.error("--mlm_probability must be in (0, 1), --warmup_steps 0 or more, and --max_predictions_per_seq "
-                     "from 0 to --max_length.")
+    if args.max_predictions_per_seq > args.max_length:
+        parser.error(f"--max_predictions_per_seq must be from 0 to --max_length ({args.max_length}), got "
+                     f"{args.max_predictions_per_seq}.")
     return args
 
 
 def main(args):
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     strategy, on_tpu, jit_compile = set_up_training(
-        args, input_paths=(args.train_dataset, args.eval_dataset, args.tokenizer, args.pretrained_model_config))
+        args, input_paths=(args.train_dataset, args.eval_dataset, args.tokenizer, args.pretrained_model_config,
+                           args.model_name_or_path))
     is_chief = strategy.extended.should_checkpoint  # Only the chief writes into --output_dir.
+    if is_chief:
+        OutputDirLease(args.output_dir).hold()  # At once: a second run into this folder stops here.
 
     # The data and the config, checked before anything is built: mistakes cost seconds, not minutes.
     tokenizer = load_tokenizer(args.tokenizer, "--tokenizer")
@@ -171,25 +191,32 @@ def main(args):
         trainer, learning_rate = build_trainer(args, config, tokenizer, plan, jit_compile, train_files)
         checkpoints = restore_last_checkpoint(args, trainer, is_chief)
     start_step = int(trainer.optimizer.iterations.numpy())
-    logger.info("Model: %s with %.1fM parameters", config.model_type, trainer.mlm.count_params() / 1e6)
+    throughput = Throughput.of(args, config, plan, strategy, on_tpu)
+    logger.info("Model: %s with %.1fM parameters, %.4g MFLOP per token to train (LM head at %s); %s",
+                config.model_type, trainer.mlm.count_params() / 1e6, throughput.flops_per_token / 1e6,
+                f"{args.max_predictions_per_seq} of {args.max_length} positions" if args.max_predictions_per_seq
+                else "every position", throughput.describe_peak())
     if start_step == 0:
         results.clear()  # Nothing of an earlier run that left no checkpoint.
     results.record(global_batch_size=plan.global_batch_size, per_replica_batch_size=args.per_replica_batch_size,
                    num_replicas=strategy.num_replicas_in_sync,
-                   gradient_accumulation_steps=args.gradient_accumulation_steps)
+                   gradient_accumulation_steps=args.gradient_accumulation_steps,
+                   started_from=args.model_name_or_path)  # None: random weights.
 
     # Train in rounds, each ending with an evaluation, checkpointing as it goes.
     training_data, eval_data = distributed_datasets(args, strategy, plan, tokenizer, train_files, eval_files)
     round_end = RoundEnd(results, os.path.join(args.output_dir if is_chief else checkpoints.directory, "logs"),
-                         learning_rate)
+                         learning_rate, throughput)
     stopper = CheckpointAndStop(checkpoints, args.checkpoint_every_steps, strategy, start_step, is_chief)
     with damaged_shards_named(train_files + eval_files):
+        if args.input_check_seconds:
+            check_input_pipeline(args, plan, tokenizer, train_files, throughput, results)
         if start_step == 0 and eval_files:
             metrics = trainer.evaluate(eval_data, steps=plan.eval_steps, return_dict=True, verbose=0)
             logger.info("Evaluation before training: %s", format_metrics(metrics))
             round_end.write_tensorboard("eval", metrics, step=0)
             results.record(step_0_eval=metrics)
-        train(trainer, training_data, eval_data, plan, start_step, callbacks=[stopper, round_end])
+        train(trainer, training_data, eval_data, plan, start_step, stopper, round_end)
     stopper.finish(int(trainer.optimizer.iterations.numpy()))  # Exits after a stop signal or a NaN loss.
 
     logger.info("Weights fingerprint: %s", weights_fingerprint(trainer.mlm))  # The same on every host.
@@ -214,7 +241,7 @@ def log_plan(args, strategy, plan, on_tpu, jit_compile, train_files, eval_files)
                 else "every position")
 
 
-def train(trainer, training_data, eval_data, plan, start_step, callbacks):
+def train(trainer, training_data, eval_data, plan, start_step, stopper, round_end):
     """Trains from `start_step` to plan.total_steps, in the model.fit calls of fit_calls. Each call's data is
     seeded by its first step: a resumed run does not replay the data and masks that the interrupted one began with."""
     start_time = time.perf_counter()
@@ -224,14 +251,15 @@ def train(trainer, training_data, eval_data, plan, start_step, callbacks):
         first_round = first // plan.eval_every  # Keras' epochs are the run's rounds, in its progress lines too.
         trainer.fit(training_data(first), steps_per_epoch=round_steps, initial_epoch=first_round,
                     epochs=first_round + num_rounds, validation_data=eval_data, validation_steps=plan.eval_steps,
-                    callbacks=callbacks, verbose=1 if sys.stdout.isatty() else 2)
+                    callbacks=[stopper, round_end], verbose=1 if sys.stdout.isatty() else 2)
         if trainer.stop_training:
             return
     steps = int(trainer.optimizer.iterations.numpy()) - start_step
     if steps:
-        seconds = time.perf_counter() - start_time
-        logger.info("Trained %d steps in %.0f s (%.1f samples/s)", steps, seconds,
-                    steps * plan.global_batch_size / seconds)
+        end = time.perf_counter()
+        logger.info("Trained %d steps in %.0f s (%.1f samples/s); model.fit returned %.1f s after the last round's "
+                    "line", steps, end - start_time, steps * plan.global_batch_size / (end - start_time),
+                    end - round_end.ended_at)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -687,13 +715,18 @@ def check_paths_for_pod(args, num_hosts):
                         f"but --output_dir {args.output_dir!r} is a local path. Pass a gs:// folder.")
 
 
+def masking_arguments(args, tokenizer):
+    """mask_tokens' arguments, from the flags and the tokenizer."""
+    return dict(mask_token_id=tokenizer.mask_token_id, special_token_ids=tokenizer.all_special_ids,
+                vocab_size=len(tokenizer), mlm_probability=args.mlm_probability,
+                max_predictions=args.max_predictions_per_seq, spans=args.masking == "span",
+                word_starts=None if args.masking == "token" else word_start_table(tokenizer))
+
+
 def distributed_datasets(args, strategy, plan, tokenizer, train_files, eval_files):
     """(training(first_step), evaluation): on each host, make_dataset over its own shards, for its own replicas.
     Training batches hold every micro-batch of a step; evaluation is the plan.eval_steps batches of every round."""
-    masking = dict(mask_token_id=tokenizer.mask_token_id, special_token_ids=tokenizer.all_special_ids,
-                   vocab_size=len(tokenizer), mlm_probability=args.mlm_probability,
-                   max_predictions=args.max_predictions_per_seq, spans=args.masking == "span",
-                   word_starts=None if args.masking == "token" else word_start_table(tokenizer))
+    masking = masking_arguments(args, tokenizer)
 
     def distribute(files, seed, batch_size, **kwargs):
         return strategy.distribute_datasets_from_function(lambda input_context: make_dataset(
@@ -714,10 +747,28 @@ def distributed_datasets(args, strategy, plan, tokenizer, train_files, eval_file
 # The model and how long it trains
 
 
+def config_overrides(text):
+    """An argparse type: --config_overrides as given ("name=value,..."), its rates and sizes checked here; the names
+    and the other values are checked once the config is loaded (model_config). A dropout rate of 1 or more, or a
+    size of 0, would train a model that cannot learn, or fail deep in Keras."""
+    for name, _, value in (pair.partition("=") for pair in text.split(",")):
+        if "dropout" in name and value != "None" and not 0 <= float(value) < 1:
+            raise argparse.ArgumentTypeError(f"{name} is a dropout rate: it must be in [0, 1), got {value}")
+        if (name.endswith("_size") or name.startswith("num_") or name == "max_position_embeddings") \
+                and not int(value) > 0:
+            raise argparse.ArgumentTypeError(f"{name} must be a positive number, got {value}")
+    return text
+
+
 def model_config(args, tokenizer):
-    """The model config: --pretrained_model_config, --config_overrides, and the tokenizer's vocabulary and ids."""
-    config = load_config(args.pretrained_model_config, "--pretrained_model_config",
-                         "Pass a Hub model id (online), or a local folder holding config.json, or a config file.")
+    """The model config: --pretrained_model_config, --config_overrides, and the tokenizer's vocabulary and ids; or
+    that of --model_name_or_path, whose weights fix every shape: dropout overrides only, and its own tokenizer."""
+    start = args.model_name_or_path
+    config = load_config(start or args.pretrained_model_config,
+                         "--model_name_or_path" if start else "--pretrained_model_config",
+                         "Pass a Hub model id (online), or a local folder holding config.json"
+                         + ("." if start else ", or a config file."))
+    original = config.to_dict()
     if args.config_overrides:
         try:
             config.update_from_string(args.config_overrides)
@@ -726,17 +777,65 @@ def model_config(args, tokenizer):
     if config.model_type not in ARCHITECTURES:
         logger.warning("%s is not among the architectures tested with this pipeline (README, \"Architectures\"): it "
                        "may fail at its first step, and it gets no PyTorch copy.", config.model_type)
-    config.update(dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id))
-    check_max_length(config, args.max_length, can_override=True)
+    if not start:
+        config.update(dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                           bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id))
+        check_max_length(config, args.max_length, can_override=True)
+        return config
+    changed = [key for key, value in config.to_dict().items() if original.get(key) != value and "dropout" not in key]
+    if changed:
+        raise UserError(f"--config_overrides sets {changed[0]}, but the model of --model_name_or_path {start!r} "
+                        f"has {changed[0]}={original.get(changed[0])!r} in its weights: starting from a model, "
+                        "only dropout may change. Drop it, or train a new model of that shape from scratch "
+                        "(--pretrained_model_config).")
+    refuse_a_tokenizer_not_the_models(args, config, tokenizer)
+    check_max_length(config, args.max_length, weights_from=start)
     return config
 
 
+def refuse_a_tokenizer_not_the_models(args, config, tokenizer):
+    """Stops unless `tokenizer` (--tokenizer, which the shards were checked against) is the model's own: another
+    vocabulary would give every id the embedding of another token. The model's tokenizer, where its folder has one,
+    must have the same tokens at the same ids, special ones included; else the sizes and the pad id must fit."""
+    from transformers import AutoTokenizer
+
+    start = args.model_name_or_path
+    try:
+        own = AutoTokenizer.from_pretrained(local_copy(start))
+    except (OSError, ValueError):  # A model folder without tokenizer files.
+        own = None
+        logger.warning("The model %s has no tokenizer to compare --tokenizer with: only its size is checked.", start)
+
+    def special_ids(tokenizer):
+        return {name: getattr(tokenizer, name + "_token_id") for name in ("pad", "mask", "bos", "eos", "unk")}
+
+    if own is None:
+        if len(tokenizer) <= config.vocab_size and tokenizer.pad_token_id == config.pad_token_id:
+            return
+        difference = (f"{len(tokenizer)} tokens and pad id {tokenizer.pad_token_id}, the model {config.vocab_size} "
+                      f"embeddings and pad id {config.pad_token_id}")
+    elif vocabulary_fingerprint(own.backend_tokenizer) != vocabulary_fingerprint(tokenizer.backend_tokenizer):
+        difference = (f"{len(tokenizer)} tokens, the model's {len(own)}" if len(own) != len(tokenizer)
+                      else f"{len(tokenizer)} tokens as the model's, but other tokens or ids")
+    elif special_ids(tokenizer) != special_ids(own):
+        difference = f"special tokens at other ids ({special_ids(tokenizer)}, the model's {special_ids(own)})"
+    else:
+        return
+    raise UserError(
+        f"--tokenizer {args.tokenizer!r} is not the tokenizer of the model {start!r}: {difference}. Its ids would "
+        "mean other tokens to the model. Drop --tokenizer (the model's is the default), and write the shards with "
+        f"the model's tokenizer: prepare_tfrecord_shards.py --tokenizer_name_or_path {start} ...")
+
+
 def build_trainer(args, config, tokenizer, plan, jit_compile, train_files):
-    """A new model in a compiled MaskedLMTrainer, and its learning-rate schedule. Call it in the strategy's scope.
-    The token counts beside the shards give the frequency baseline, and (--output_bias) the starting output bias."""
-    mlm = TFAutoModelForMaskedLM.from_config(config)
-    mlm.build_in_name_scope()  # The weights now, with the names that save_pretrained expects.
+    """The model (new, or that of --model_name_or_path) in a compiled MaskedLMTrainer, and its learning-rate
+    schedule. Call it in the strategy's scope. The token counts beside the shards give the frequency baseline, and
+    (--output_bias) a new model's starting output bias: a loaded one keeps its own."""
+    if args.model_name_or_path:
+        mlm = load_pretrained_model(TFAutoModelForMaskedLM, args.model_name_or_path, "--model_name_or_path", config)
+    else:
+        mlm = TFAutoModelForMaskedLM.from_config(config)
+        mlm.build_in_name_scope()  # The weights now, with the names that save_pretrained expects.
     optimizer, learning_rate = create_optimizer(init_lr=args.learning_rate, num_train_steps=plan.total_steps,
                                                 num_warmup_steps=plan.warmup_steps,
                                                 weight_decay_rate=args.weight_decay_rate)
@@ -745,7 +844,7 @@ def build_trainer(args, config, tokenizer, plan, jit_compile, train_files):
     if tf.io.gfile.exists(counts_path):
         with tf.io.gfile.GFile(counts_path) as f:  # One count per token id: find_shards checked the vocabulary.
             frequency_table = frequency_log_probs(json.load(f), tokenizer.all_special_ids)
-        if args.output_bias == "frequencies":
+        if args.output_bias == "frequencies" and not args.model_name_or_path:
             start_from_token_frequencies(mlm, frequency_table)  # A checkpoint restored later replaces it.
     else:
         logger.warning("No %s beside the training shards (shards of the original example): the metrics leave out "
@@ -814,10 +913,334 @@ def fit_calls(start_step, total_steps, round_steps):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Speed: what a round's time means for the hardware, and whether the input pipeline keeps up
+
+# Published peak dense throughput, FLOP/s. TPUs, per chip, in bfloat16 (Google Cloud's pages on each generation:
+# cloud.google.com/tpu/docs/v2, v3, v4, v5e, v5p, v6e); a TPU multiplies float32 matrices in bfloat16 passes.
+TPU_PEAK_FLOPS = {"v2": 45e12, "v3": 123e12, "v4": 275e12, "v5e": 197e12, "v5p": 459e12, "v6e": 918e12}
+# TensorCores per chip that TensorFlow drives as replicas of their own: two on v2 and v3; one on v5e and v6e, and
+# on v4 and v5p, whose two cores act as one (megacore).
+TPU_REPLICAS_PER_CHIP = {"v2": 2, "v3": 2}
+# NVIDIA GPUs, without sparsity: (bfloat16, TF32, float32), from NVIDIA's A100, H100 and L4 data sheets; matched
+# in this order against the name TensorFlow reports ("NVIDIA H100 80GB HBM3" is the SXM module). TensorFlow
+# multiplies float32 matrices in TF32 on these GPUs, unless tf.config.experimental.enable_tensor_float_32_execution
+# turns it off.
+GPU_PEAK_FLOPS = [("A100", (312e12, 156e12, 19.5e12)), ("H100 PCIe", (756e12, 378e12, 51e12)),
+                  ("H100 NVL", (835e12, 418e12, 60e12)), ("H100", (989e12, 495e12, 67e12)),
+                  ("L4", (121e12, 60e12, 30.3e12))]
+
+
+def training_flops_per_token(config, max_length, max_predictions):
+    """Floating-point operations of a training step (forward and backward) per token, counted from a BERT-style
+    `config` (BERT, RoBERTa and the like) for samples of `max_length` tokens and an LM head that runs at
+    `max_predictions` positions per sample (0: at every one).
+
+    A multiply-add is 2 FLOPs, and the backward pass costs twice the forward one (gradients for the activations and
+    for the weights): 6 FLOPs per multiply-add of the forward pass, that is 6 per weight that multiplies each token's
+    vector, plus attention. Per token, with hidden size h, feed-forward size f, L tokens per sample, vocabulary V
+    and K head positions per sample, the forward pass does these multiply-adds:
+        each layer   4 h^2 + 2 h f          query, key, value and output projections; the two feed-forward ones
+                     + 2 L h                attention: scores against L keys, then the sum of L values
+        LM head      K / L x (h^2 + h V)    its dense layer and the projection onto the vocabulary, at K of L
+    Embeddings are looked up (the vocabulary projection reuses the word embeddings, counted in the head); biases,
+    layer norms, activations, softmaxes and the optimizer update are left out: a few percent.
+    """
+    hidden, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
+    per_layer = 4 * hidden**2 + 2 * hidden * config.intermediate_size + 2 * max_length * hidden
+    head = (max_predictions or max_length) / max_length * (hidden**2 + hidden * vocab)
+    return 6 * (layers * per_layer + head)
+
+
+def model_flops_utilization(flops_per_second, peak_flops):
+    """MFU, in percent: the model's FLOPs per second (counted as above, not what the device executes, which
+    includes recomputation and other overhead) over the devices' peak."""
+    return 100 * flops_per_second / peak_flops
+
+
+def peak_flops(strategy, on_tpu, bfloat16):
+    """(The published peak FLOP/s of all replicas, what they are); (None, what they are) where no peak is known."""
+    replicas = strategy.num_replicas_in_sync
+    if on_tpu:
+        generation = next(iter(local_tpu_chips()), "of unknown generation")  # A TPU Node's chips are not local.
+        if generation not in TPU_PEAK_FLOPS:
+            return None, f"TPU {generation}"
+        per_chip = TPU_REPLICAS_PER_CHIP.get(generation, 1)
+        return (replicas / per_chip * TPU_PEAK_FLOPS[generation],
+                f"{replicas // per_chip} x TPU {generation} at {TPU_PEAK_FLOPS[generation] / 1e12:g} TFLOP/s in "
+                "bfloat16")
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return None, "CPU"
+    name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
+    for model, peaks in GPU_PEAK_FLOPS:
+        if model in name:
+            precision = 0 if bfloat16 else 1 if tf.config.experimental.tensor_float_32_execution_enabled() else 2
+            return (replicas * peaks[precision], f"{replicas} x {name} at {peaks[precision] / 1e12:g} TFLOP/s in "
+                                                 f"{('bfloat16', 'TF32', 'float32')[precision]}")
+    return None, name
+
+
+@dataclasses.dataclass
+class Throughput:
+    """Turns the steps of a round and their time into what they mean for the hardware: tokens and samples per
+    second (all replicas), the model's FLOP/s and, where the devices' peak is known, MFU."""
+    flops_per_token: float
+    tokens_per_step: int
+    samples_per_step: int
+    num_hosts: int
+    peak_flops: float | None
+    devices: str
+    input_samples_per_second: float | None = None  # One host's input pipeline alone: check_input_pipeline.
+
+    @classmethod
+    def of(cls, args, config, plan, strategy, on_tpu):
+        return cls(training_flops_per_token(config, args.max_length, args.max_predictions_per_seq),
+                   plan.global_batch_size * args.max_length, plan.global_batch_size, plan.num_hosts,
+                   *peak_flops(strategy, on_tpu, args.bfloat16))
+
+    def describe_peak(self):
+        if self.peak_flops is None:
+            return f"no published peak is known for {self.devices}: rounds show TFLOP/s, no MFU"
+        return f"peak {self.peak_flops / 1e12:,.0f} TFLOP/s ({self.devices})"
+
+    def figures(self, steps, seconds):
+        tokens_per_second = steps * self.tokens_per_step / seconds
+        figures = {"tokens_per_second": tokens_per_second, "samples_per_second": steps * self.samples_per_step / seconds,
+                   "flops_per_token": self.flops_per_token, "tflops": tokens_per_second * self.flops_per_token / 1e12}
+        if self.peak_flops:
+            figures["mfu_percent"] = model_flops_utilization(figures["tflops"] * 1e12, self.peak_flops)
+        return figures
+
+    @staticmethod
+    def describe(figures):
+        text = (f"{figures['tokens_per_second']:,.0f} tokens/s, {figures['samples_per_second']:,.1f} samples/s, "
+                f"{figures['flops_per_token'] / 1e6:.4g} MFLOP/token, {figures['tflops']:.3g} TFLOP/s")
+        return text + (f", MFU {figures['mfu_percent']:.1f} %" if "mfu_percent" in figures else "")
+
+    def compare_with_input(self, figures):
+        """Logs how much of what one host's input pipeline delivers alone training takes; warns when it takes so
+        much that the steps likely wait for their input. Returns that share."""
+        taken = figures["samples_per_second"] / self.num_hosts
+        share = taken / self.input_samples_per_second
+        logger.info("Input pipeline: %s samples/s per host alone, before training; training takes %s (%.1f %%)",
+                    f"{self.input_samples_per_second:,.0f}", f"{taken:,.1f}", 100 * share)
+        if share > INPUT_BOUND_SHARE:
+            logger.warning(
+                "Training takes %.0f %% of what the input pipeline delivers alone: the steps likely wait for their "
+                "input, and the devices idle. Give each host more shards to read in parallel (at least 8: a "
+                "smaller --shard_size in prepare_tfrecord_shards.py, or more data), keep gs:// shards in the "
+                "devices' region, use hosts with more CPU cores; a larger --shuffle_buffer_size evens out slow "
+                "reads.", 100 * share)
+        return share
+
+
+# Above this share of the input pipeline's own speed, training is likely held back by it: the pipeline shares the
+# host's cores with the rest of the step, and its speed varies with the files it reads.
+INPUT_BOUND_SHARE = 0.8
+
+
+@tf.function
+def pull_batches(iterator, num_batches):
+    """Takes `num_batches` batches from a dataset iterator inside TensorFlow: no Python runs per batch."""
+    for _ in tf.range(num_batches):
+        iterator.get_next()
+
+
+def check_input_pipeline(args, plan, tokenizer, train_files, throughput, results):
+    """Times the first host's input pipeline alone, as training builds it, with no model, for about
+    --input_check_seconds, after its shuffle buffer has filled; logs its samples/s and, where the devices' peak is
+    known, what training would take at that peak."""
+    dataset = make_dataset(train_files, tf.distribute.InputContext(plan.num_hosts, 0, plan.replicas_per_host),
+                           batch_size=plan.batch_per_replica_step, max_length=args.max_length,
+                           masking=masking_arguments(args, tokenizer), seed=args.seed, training=True,
+                           shuffle_buffer_size=args.shuffle_buffer_size)
+    with tf.device("/cpu:0"):  # The host's CPU, wherever the devices are.
+        iterator = iter(dataset)
+        pull_batches(iterator, tf.constant(1))  # Waits for the shuffle buffer to fill.
+        batches, start = 0, time.perf_counter()
+        while (seconds := time.perf_counter() - start) < args.input_check_seconds:
+            pull_batches(iterator, tf.constant(INPUT_CHECK_BATCHES))
+            batches += INPUT_CHECK_BATCHES
+    samples_per_second = throughput.input_samples_per_second = batches * plan.batch_per_replica_step / seconds
+    at_peak = "" if throughput.peak_flops is None else (
+        "; at the devices' peak, training would take "
+        f"{throughput.peak_flops / throughput.flops_per_token / args.max_length / plan.num_hosts:,.0f} per host")
+    logger.info("Input pipeline alone, on this host: %s samples/s (%s tokens/s), over %.1f s%s",
+                f"{samples_per_second:,.0f}", f"{samples_per_second * args.max_length:,.0f}", seconds, at_peak)
+    results.record(input_pipeline_samples_per_second=throughput.input_samples_per_second)
+
+
+INPUT_CHECK_BATCHES = 20  # Per call of pull_batches: a few milliseconds on a fast host.
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # Where a run starts, when it stops, what it records and saves
 
 # What a run writes into --output_dir before its end: a folder holding only these is a run to resume.
 RUN_STATE = ("checkpoints", "logs", "training_results.json")
+
+
+class OutputDirLease:
+    """One run at a time per --output_dir: {output_dir}/running.json names the run that writes there (host, process,
+    start) and when it last renewed its claim. The chief holds it (the other hosts of a multi-host run write only
+    to scratch folders), renews it every RENEW_SECONDS from a thread, and deletes it when its process exits.
+
+    A run killed with SIGKILL, or on a lost VM, cannot delete it. A later run takes over when the holder is gone:
+    on the holder's host, once its process no longer lives; elsewhere (a gs:// folder, or a local one shared across
+    hosts), once the claim has not been renewed for LEASE_SECONDS. Deleting the file takes over at once. Claims are
+    atomic (a file created only if absent, a rename; in a bucket, a write conditional on the object's generation):
+    of two runs that start together, one wins."""
+
+    NAME = "running.json"
+    LEASE_SECONDS = 600  # Ten missed renewals: a slow bucket or a long pause is not taken for a lost VM.
+    RENEW_SECONDS = 60
+
+    def __init__(self, output_dir):
+        self.output_dir, self.path = output_dir, os.path.join(output_dir, self.NAME)
+        self.claim = {"host": socket.gethostname(), "pid": os.getpid(), "process_start": process_start(os.getpid()),
+                      "started": time.time(), "renewed": time.time(), "run": uuid.uuid4().hex}
+        self.generation = None  # In a bucket: the object's generation, as this run last wrote it.
+        self.stopped = threading.Event()
+
+    def hold(self):
+        """Claims the folder, or raises UserError naming the run that holds it; released when the process exits."""
+        holder, generation = self.read()
+        if holder is not None and self.holder_is_running(holder):
+            raise UserError(self.held_message(holder))
+        if holder is not None:
+            logger.warning("%s names a run that ended without releasing it (%s): this run takes over.", self.path,
+                           describe_run(holder))
+        if not self.claim_folder(holder is not None, generation):
+            raise UserError(self.held_message(self.read()[0] or {}))  # Another run claimed it first.
+        atexit.register(self.release)
+        threading.Thread(target=self.renew_until_stopped, daemon=True, name="output-dir-lease").start()
+
+    def holder_is_running(self, holder):
+        if holder.get("host") == self.claim["host"]:
+            started = process_start(holder.get("pid"))
+            if started is not None:  # /proc says whether its process lives, and whether it is the same one.
+                return started == holder.get("process_start")
+        return time.time() - holder.get("renewed", 0) < self.LEASE_SECONDS
+
+    def held_message(self, holder):
+        here = holder.get("host") == self.claim["host"]
+        return (f"another run is writing into --output_dir {self.output_dir!r}: {describe_run(holder)}. Two runs "
+                "in one folder would overwrite each other's checkpoints and model. Wait for it to end, or stop it "
+                f"(Ctrl-C, or `kill {holder.get('pid')}` on host {holder.get('host')}: it saves a checkpoint, and "
+                "the same command resumes from it), or choose another --output_dir."
+                + ("" if here else " If that run is gone (its VM lost), a new run takes over once its claim expires, "
+                   f"at {utc(holder.get('renewed', 0) + self.LEASE_SECONDS)} ({self.LEASE_SECONDS // 60} minutes "
+                   f"after it was last renewed), or at once if you delete {self.path}."))
+
+    def read(self):
+        """(the claim in the folder, its generation in a bucket), or (None, None) when there is none; {} for a file
+        that is not a claim (cut short by a full disk, say), which names no run and has expired."""
+        if is_gcs_path(self.path):
+            blob = gcs_blob(self.path)
+            from google.api_core.exceptions import NotFound
+
+            try:
+                blob.reload()  # Its generation, then the bytes of that generation.
+                data = blob.download_as_bytes(if_generation_match=blob.generation)
+            except NotFound:
+                return None, None
+            generation = blob.generation
+        else:
+            try:
+                with open(self.path, "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                return None, None
+            generation = None
+        try:
+            claim = json.loads(data)
+        except ValueError:
+            claim = None
+        return claim if isinstance(claim, dict) else {}, generation
+
+    def claim_folder(self, replacing, generation):
+        """Writes this run's claim where there was none, or over the ended run's; False if another run won."""
+        data = json.dumps(self.claim, indent=2).encode()
+        if is_gcs_path(self.path):
+            return self.write_to_bucket(data, expected_generation=generation or 0)  # 0: only if there is none.
+        os.makedirs(self.output_dir, exist_ok=True)
+        if replacing:  # A rename is atomic: of two runs taking over, one moves the ended run's claim away.
+            try:
+                os.rename(self.path, f"{self.path}.{self.claim['run']}")
+            except FileNotFoundError:
+                return False
+            os.remove(f"{self.path}.{self.claim['run']}")
+        try:
+            with open(self.path, "xb") as f:  # Only if there is none.
+                f.write(data)
+        except FileExistsError:
+            return False
+        return True
+
+    def write_to_bucket(self, data, expected_generation):
+        from google.api_core.exceptions import PreconditionFailed
+
+        blob = gcs_blob(self.path)
+        try:
+            blob.upload_from_string(data, if_generation_match=expected_generation)
+        except PreconditionFailed:
+            return False
+        self.generation = blob.generation
+        return True
+
+    def renew(self):
+        """Writes the claim again with the time now; False when another run has taken the folder over."""
+        self.claim["renewed"] = time.time()
+        data = json.dumps(self.claim, indent=2).encode()
+        if is_gcs_path(self.path):
+            return self.write_to_bucket(data, expected_generation=self.generation)
+        if (self.read()[0] or {}).get("run") != self.claim["run"]:
+            return False
+        try:
+            with open(f"{self.path}.tmp", "wb") as f:
+                f.write(data)
+            os.replace(f"{self.path}.tmp", self.path)
+        except OSError:  # A full disk: no stray file left beside the claim.
+            with contextlib.suppress(OSError):
+                os.remove(f"{self.path}.tmp")
+            raise
+        return True
+
+    def renew_until_stopped(self):
+        while not self.stopped.wait(self.RENEW_SECONDS):
+            try:
+                if not self.renew():
+                    logger.error("Another run has taken over %s: two runs now write into %s. Stop one of them.",
+                                 self.path, self.output_dir)
+                    return
+            except Exception as err:  # One failed renewal (a full disk, the network) must not end the run.
+                logger.warning("Could not renew %s: %s", self.path, err)
+
+    def release(self):
+        self.stopped.set()
+        if (self.read()[0] or {}).get("run") == self.claim["run"]:  # Never another run's claim.
+            delete(self.path)
+
+
+def describe_run(claim):
+    return (f"process {claim.get('pid', '?')} on host {claim.get('host', '?')}, started "
+            f"{utc(claim.get('started', 0))}, its claim last renewed {utc(claim.get('renewed', 0))}")
+
+
+def process_start(pid):
+    """When the process `pid` started, in clock ticks since boot (so that a new process given the same id is not
+    taken for it); "gone" when there is no such process; None where /proc cannot say."""
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]  # Field 22; the name before ")" may hold spaces.
+    except FileNotFoundError:
+        return "gone"
+    except (OSError, TypeError, ValueError, IndexError):
+        return None
+
+
+def utc(seconds):
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
 
 
 def check_where_the_run_starts(args, plan, recorded, is_chief):
@@ -832,8 +1255,9 @@ def check_where_the_run_starts(args, plan, recorded, is_chief):
                     f" (this command asks for {plan.total_steps})" if saved_at > plan.total_steps else "")
         return False
     if is_chief and saved_at is None:  # A folder with a model this script saved is this script's.
-        check_output_dir(args.output_dir, args.overwrite, resumable=RUN_STATE, stale=RUN_STATE)
-    latest = None if args.overwrite else tf.train.latest_checkpoint(os.path.join(args.output_dir, "checkpoints"))
+        check_output_dir(args.output_dir, args.overwrite, resumable=(*RUN_STATE, OutputDirLease.NAME),
+                         stale=RUN_STATE)
+    latest = None if args.overwrite else last_checkpoint(os.path.join(args.output_dir, "checkpoints"))
     step = latest and int(latest.rsplit("-", 1)[1])  # Checkpoints are numbered by their step.
     if latest and recorded.get("global_batch_size", plan.global_batch_size) != plan.global_batch_size:
         raise UserError(
@@ -856,9 +1280,11 @@ def restore_last_checkpoint(args, trainer, is_chief):
     """Restores the last checkpoint in --output_dir, if any: weights, optimizer state and step, hence the
     learning-rate schedule. Returns the CheckpointManager that saves the next ones; the other hosts of a
     multi-worker job take part in saving (a collective operation), into a scratch folder."""
-    checkpoint = tf.train.Checkpoint(model=trainer.mlm, optimizer=trainer.optimizer)
     directory = os.path.join(args.output_dir, "checkpoints")
-    latest = None if args.overwrite else tf.train.latest_checkpoint(directory)
+    latest = None if args.overwrite else last_checkpoint(directory)
+    if latest:
+        check_checkpoint(latest, directory)
+    checkpoint = tf.train.Checkpoint(model=trainer.mlm, optimizer=trainer.optimizer)
     if latest:
         checkpoint.restore(latest)
         logger.info("Resuming from %s, at step %d", latest, int(trainer.optimizer.iterations.numpy()))
@@ -903,7 +1329,14 @@ class CheckpointAndStop(keras.callbacks.Callback):
         self.model.stop_training = self.stop_requested or diverged
 
     def save(self, step):
-        self.manager.save(checkpoint_number=step)
+        directory = self.manager.directory
+        try:
+            with out_of_space_in_run(directory, f"the checkpoint of step {step}", directory):
+                self.manager.save(checkpoint_number=step)
+        except UserError:  # The files of the failed save go, giving their space back; the last good one stays.
+            for leftover in tf.io.gfile.glob(os.path.join(directory, f"ckpt-{step}[._]*")):
+                delete(leftover)
+            raise
         self.last_saved_step = step
 
     def finish(self, step):
@@ -943,35 +1376,77 @@ class ResultsFile(dict):
         self.update(fields)
         if self.is_chief:
             tf.io.gfile.makedirs(os.path.dirname(self.path))  # The first record comes before any checkpoint.
-            with tf.io.gfile.GFile(self.path, "w") as f:
-                json.dump(self, f, indent=2)
+            with out_of_space_in_run(os.path.dirname(self.path), os.path.basename(self.path),
+                                     os.path.join(os.path.dirname(self.path), "checkpoints")):
+                try:  # Written whole, then renamed: a full disk leaves the last complete file.
+                    with tf.io.gfile.GFile(self.path + ".tmp", "w") as f:
+                        json.dump(self, f, indent=2)
+                    tf.io.gfile.rename(self.path + ".tmp", self.path, overwrite=True)
+                except Exception:
+                    delete(self.path + ".tmp")
+                    raise
 
 
 class RoundEnd(keras.callbacks.Callback):
-    """At the end of each round (a Keras epoch), its training and evaluation metrics to the log, to `results`
-    and to TensorBoard, at the optimizer step they belong to, with the learning rate."""
+    """At the end of each round (a Keras epoch), its training and evaluation metrics and its speed to the log, to
+    `results` and to TensorBoard, at the optimizer step they belong to, with the learning rate. The speed counts
+    from the end of the round's first execution (which, in a fit call's first round, also traces and compiles the
+    step and fills the input pipeline) to the end of its last; a round of one execution counts from its start."""
 
-    def __init__(self, results, log_dir, learning_rate_schedule):
+    def __init__(self, results, log_dir, learning_rate_schedule, throughput):
         super().__init__()
-        self.results, self.learning_rate_schedule = results, learning_rate_schedule
-        self.writers = {part: tf.summary.create_file_writer(os.path.join(log_dir, part)) for part in ("train", "eval")}
+        self.results, self.learning_rate_schedule, self.throughput = results, learning_rate_schedule, throughput
+        self.log_dir, self.checkpoint_dir = log_dir, os.path.join(os.path.dirname(log_dir), "checkpoints")
+        with out_of_space_in_run(log_dir, "TensorBoard logs", self.checkpoint_dir):
+            self.writers = {part: tf.summary.create_file_writer(os.path.join(log_dir, part))
+                            for part in ("train", "eval")}
+        self.execution_ends = []  # (time, steps done in the round) at the end of each execution of the round.
+        self.compared_with_input = False
+        self.ended_at = None  # When the last round's figures were written.
 
     def write_tensorboard(self, part, metrics, step):
-        with self.writers[part].as_default(step=step):
-            for name, value in metrics.items():
-                tf.summary.scalar(name, value)
-            if part == "train":
-                tf.summary.scalar("learning_rate", self.learning_rate_schedule(step))
-        self.writers[part].flush()
+        with out_of_space_in_run(self.log_dir, "TensorBoard logs", self.checkpoint_dir):
+            with self.writers[part].as_default(step=step):
+                for name, value in metrics.items():
+                    tf.summary.scalar(name, value)
+                if part == "train":
+                    tf.summary.scalar("learning_rate", self.learning_rate_schedule(step))
+            self.writers[part].flush()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.execution_ends = [(time.perf_counter(), 0)]
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.execution_ends.append((time.perf_counter(), batch + 1))  # `batch`: the execution's last step.
 
     def on_epoch_end(self, epoch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
         train = {name: value for name, value in logs.items() if not name.startswith("val_")}
         evaluation = {name.removeprefix("val_"): value for name, value in logs.items() if name.startswith("val_")}
-        logger.info("Step %d: %s", step, format_metrics(logs))
-        self.results.record(step=step, final_train=train, **({"final_eval": evaluation} if evaluation else {}))
-        self.write_tensorboard("train", train, step)
+        ends = self.execution_ends
+        (first_time, first_steps), (last_time, last_steps) = ends[1] if len(ends) > 2 else ends[0], ends[-1]
+        speed = self.throughput.figures(last_steps - first_steps, last_time - first_time)
+        logger.info("Step %d: %s; %s", step, format_metrics(logs), self.throughput.describe(speed))
+        if self.throughput.input_samples_per_second and not self.compared_with_input:
+            self.results.record(input_pipeline_share=self.throughput.compare_with_input(speed))
+            self.compared_with_input = True
+        self.results.record(step=step, final_train=train, speed=speed,
+                            **({"final_eval": evaluation} if evaluation else {}))
+        self.write_tensorboard("train", {**train, **speed}, step)
         self.write_tensorboard("eval", evaluation, step)
+        self.ended_at = time.perf_counter()
+
+
+def out_of_space_in_run(folder, what, checkpoint_dir):
+    """utils.out_of_space_named for what a run writes as it goes: its checkpoints stay, and after space is freed,
+    the same command resumes from the last one."""
+    def then():
+        latest = last_checkpoint(checkpoint_dir)
+        return (f"The checkpoints in {checkpoint_dir!r} are intact, the last {latest!r}: free space, then run the "
+                "same command again; it resumes from there." if latest else "No checkpoint was saved yet: free "
+                "space, then run the same command again; it starts over.")
+
+    return out_of_space_named(folder, what, then)
 
 
 def format_metrics(metrics):
@@ -1013,13 +1488,15 @@ def save_model(args, trainer, tokenizer, config, results, plan):
     results.record(step=step, model_type=config.model_type, vocab_size=config.vocab_size,
                    train_samples=plan.train_samples)
     metrics = "\n".join(f"| {name} | {value:.4f} |" for name, value in results.get("final_eval", {}).items())
-    description = f"""A {config.model_type} masked language model pre-trained from scratch with TensorFlow (`run_mlm.py`
-of a TF + 🤗 Transformers TPU pre-training pipeline).
+    origin = (f"continued from `{args.model_name_or_path}`" if args.model_name_or_path
+              else f"`{args.pretrained_model_config}` from scratch")
+    description = f"""A {config.model_type} masked language model pre-trained with TensorFlow (`run_mlm.py` of a TF + 🤗
+Transformers TPU pre-training pipeline), {origin}.
 
 - Training data: `{args.train_dataset}`, {plan.train_samples} samples of {args.max_length} tokens
 - Evaluation data: `{args.eval_dataset}`
 - Tokenizer: `{args.tokenizer}`, vocabulary of {config.vocab_size}
-- Architecture: `{args.pretrained_model_config}` with overrides `{args.config_overrides or 'none'}`
+- Config overrides: `{args.config_overrides or 'none'}`
 - Steps: {step} at a global batch of {plan.global_batch_size} samples ({results['num_replicas']} replicas),
   learning rate {args.learning_rate}, weight decay {args.weight_decay_rate}
 
@@ -1039,8 +1516,8 @@ only those whose input was `<mask>`, for the model and for a table of the traini
         save_pytorch_copy(mlm, tokenizer, folder)
         write_model_card(folder, args.output_dir, "fill-mask", "The capital of France is <mask>.", description)
 
-    save_folder(args.output_dir, write, "Model, tokenizer and model card", args.hub_model_id,
-                f"Pre-trained for {step} steps", ignore_patterns=["checkpoints/*"])  # Logs are welcome on the Hub.
+    save_folder(args.output_dir, write, "Model, tokenizer and model card", args.hub_model_id,  # Logs go to the Hub.
+                f"Pre-trained for {step} steps", ignore_patterns=["checkpoints/*", OutputDirLease.NAME])
     results.record(saved_model_step=step)
 
 

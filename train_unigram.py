@@ -233,8 +233,7 @@ def log_one_minus_exp(x):
     return math.log(-math.expm1(x)) if x > -math.log(2) else math.log1p(-math.exp(x))
 
 
-def main():
-    args = parse_args()
+def main(args):
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     start = time.perf_counter()
 
@@ -291,6 +290,6 @@ def main():
 
 if __name__ == "__main__":
     try:
-        main()
+        main(parse_args())
     except UserError as err:  # Bad input: its message alone, without a traceback.
         sys.exit(f"error: {err}")

@@ -19,22 +19,15 @@ for name in ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST", "GOOGLE_
 
 import pytest  # noqa: E402
 
-from helpers import WIKITEXT, run_script  # noqa: E402
-
-# Lines of tests/data/wikitext-2 read by the fixtures (train.txt has 1,500, validation.txt 500): small enough to keep
-# the suite fast, large enough for a vocabulary of 1,000 and dozens of shards. Both are below the length of train.txt,
-# so --limit cuts it; validation.txt is read whole.
-TOKENIZER_LINES = 1000
-SHARD_LINES = 1400
-MAX_LENGTH = 64
+from helpers import MAX_LENGTH, SHARD_LINES, TOKENIZER_LINES, WIKITEXT, run_main, run_script  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def tokenizer_dir(tmp_path_factory):
     """A Unigram tokenizer trained by train_unigram.py on the first lines of WikiText-2 train."""
     output_dir = tmp_path_factory.mktemp("tokenizer") / "tokenizer"
-    run_script("train_unigram.py", "--train_file", WIKITEXT / "train.txt", "--limit", TOKENIZER_LINES,
-               "--vocab_size", 1000, "--output_dir", output_dir)
+    run_main("train_unigram.py", "--train_file", WIKITEXT / "train.txt", "--limit", TOKENIZER_LINES,
+             "--vocab_size", 1000, "--output_dir", output_dir)
     return output_dir
 
 
@@ -42,9 +35,9 @@ def tokenizer_dir(tmp_path_factory):
 def shards_dir(tokenizer_dir, tmp_path_factory):
     """Train and validation shards written by prepare_tfrecord_shards.py: samples of MAX_LENGTH tokens."""
     output_dir = tmp_path_factory.mktemp("shards") / "tfrecords"
-    run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
+    run_main("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
                "--train_file", WIKITEXT / "train.txt", "--validation_file", WIKITEXT / "validation.txt",
-               "--limit", SHARD_LINES, "--max_length", MAX_LENGTH, "--shard_size", 100, "--output_dir", output_dir)
+             "--limit", SHARD_LINES, "--max_length", MAX_LENGTH, "--shard_size", 100, "--output_dir", output_dir)
     return output_dir
 
 

@@ -1,7 +1,13 @@
-"""Helpers for the tests: where the data is, running a pipeline script the way a user does, and reading shards
-and the text they come from independently of the scripts."""
+"""Helpers for the tests: where the data is, the sizes of the session's fixtures, running a pipeline script the way
+a user does (in a process of its own, or its main in this process), and reading shards and the text they come from
+independently of the scripts."""
 
+import contextlib
+import importlib
+import io
+import logging
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +15,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 # The first lines of WikiText-2 train and validation, shipped in the repository (tests/data/README.md).
 WIKITEXT = REPO / "tests" / "data" / "wikitext-2"
+# Lines of tests/data/wikitext-2 read by the fixtures (train.txt has 1,500, validation.txt 500): small enough to keep
+# the suite fast, large enough for a vocabulary of 1,000 and dozens of shards. Both are below the length of train.txt,
+# so --limit cuts it; validation.txt is read whole.
+TOKENIZER_LINES = 1000
+SHARD_LINES = 1400
+MAX_LENGTH = 64
 
 
 def run_script(script, *args, expect_failure=False, env=None, timeout=600, prefix=()):
@@ -25,6 +37,89 @@ def run_script(script, *args, expect_failure=False, env=None, timeout=600, prefi
         raise AssertionError(f"{' '.join(command)} exited with {result.returncode}\n"
                              f"--- stdout ---\n{result.stdout[-5000:]}\n--- stderr ---\n{result.stderr[-8000:]}")
     return result
+
+
+# What changes the process itself, for good: TensorFlow splits the CPU into devices once, before its first op, and
+# connects to a TPU or a cluster once. Those runs need a process of their own (run_script).
+NEEDS_A_PROCESS = ("--num_cpu_replicas", "--tpu_name")
+
+
+def run_main(script, *args, expect_failure=False):
+    """Runs `script`'s `main(parse_args())` on these arguments in this process, as `python script args...` would;
+    returns a CompletedProcess, so that a test reads it as one of run_script.
+
+    A check that fails before the long part costs milliseconds here, not the seconds of starting TensorFlow. stderr
+    holds what the script logged (in its own format: its logging.basicConfig configures a root logger emptied for
+    the run) and printed, then, when it stops on bad input, the line its entry point prints: "error: " and the
+    UserError's message, with status 1; argparse's refusals exit with 2. Any other exception propagates: it fails the
+    test with its traceback, as a traceback in a script's output would. What the run changes in this process is put
+    back: sys.argv, the working folder, os.environ, the root logger, the random seeds, the Keras precision policy.
+    """
+    from utils import UserError
+
+    argv = [script, *map(str, args)]
+    assert not set(NEEDS_A_PROCESS) & set(argv) and "TF_CONFIG" not in os.environ, "use run_script"
+    module = importlib.import_module(Path(script).stem)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with _process_state_restored():
+        sys.argv = argv
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                module.main(module.parse_args())
+                returncode = 0
+            except UserError as err:
+                print(f"error: {err}", file=sys.stderr)
+                returncode = 1
+            except SystemExit as exit_:  # As Python's own exit: a number is the status, anything else is printed.
+                if exit_.code is None or isinstance(exit_.code, int):
+                    returncode = exit_.code or 0
+                else:
+                    print(exit_.code, file=sys.stderr)
+                    returncode = 1
+    result = subprocess.CompletedProcess(argv, returncode, stdout.getvalue(), stderr.getvalue())
+    if (returncode != 0) != expect_failure:
+        raise AssertionError(f"{' '.join(argv)} (in-process) exited with {returncode}\n"
+                             f"--- stdout ---\n{result.stdout[-5000:]}\n--- stderr ---\n{result.stderr[-8000:]}")
+    return result
+
+
+@contextlib.contextmanager
+def _process_state_restored():
+    """Puts back what a script's main changes in its process (see run_main)."""
+    import numpy as np
+
+    root = logging.getLogger()
+    saved_argv, saved_cwd, saved_environ = sys.argv, os.getcwd(), dict(os.environ)
+    saved_handlers, saved_level = root.handlers[:], root.level
+    saved_random, saved_numpy = random.getstate(), np.random.get_state()
+    # TensorFlow's global seed and the Keras precision policy (their defaults where the script is the first to load
+    # them); get_seed(None) returns the global seed first.
+    tensorflow_seed = sys.modules["tensorflow"].compat.v1.get_seed(None)[0] if "tensorflow" in sys.modules else None
+    policy = sys.modules["tf_keras"].mixed_precision.global_policy() if "tf_keras" in sys.modules else "float32"
+    root.handlers = []  # pytest's own: the script's logging.basicConfig would otherwise do nothing.
+    try:
+        yield
+    finally:
+        for handler in root.handlers:
+            handler.close()
+        root.handlers, root.level = saved_handlers, saved_level
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_environ)
+        random.setstate(saved_random)
+        np.random.set_state(saved_numpy)
+        if "tensorflow" in sys.modules:
+            sys.modules["tensorflow"].random.set_seed(tensorflow_seed)
+        if "tf_keras" in sys.modules:
+            sys.modules["tf_keras"].mixed_precision.set_global_policy(policy)
+
+
+def assert_entry_point_error(result, message):
+    """A run in a process of its own (run_script) stopped as a script's entry point stops on bad input: `error: `
+    and the message, status 1, no traceback."""
+    assert result.returncode == 1 and f"error: {message}" in result.stderr, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
 
 
 def read_shard(path):

@@ -14,7 +14,7 @@ import tf_keras as keras
 from transformers import (AutoConfig, AutoTokenizer, TFAutoModelForMaskedLM, TFAutoModelForSequenceClassification,
                           create_optimizer)
 
-from conftest import MAX_LENGTH
+from helpers import MAX_LENGTH
 from run_classification import ClassifierTrainer
 from run_mlm import MaskedLMTrainer, mask_tokens, start_from_token_frequencies
 from utils import ARCHITECTURES, save_pytorch_copy

@@ -18,9 +18,8 @@ import time
 
 import pytest
 
-from conftest import MAX_LENGTH
 from gcs_emulator import GcsEmulator
-from helpers import REPO, WIKITEXT, run_script
+from helpers import MAX_LENGTH, REPO, WIKITEXT, run_script
 
 CONNECTED_ADDRESS = re.compile(r'connect\(\d+, \{sa_family=AF_INET6?, .*?(?:inet_addr\("([^"]+)"\)|'
                                r'inet_pton\(AF_INET6, "([^"]+)")')

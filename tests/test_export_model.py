@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-from helpers import REPO, run_script
+from helpers import REPO, assert_entry_point_error, run_main, run_script
 
 BANKING77 = REPO / "tests" / "data" / "banking77"
 MLM_TEXTS = ["The game was released in <mask> 2011 .", "He was born in the <mask> of London , England ."]
@@ -178,15 +178,15 @@ def test_a_runs_last_checkpoint_exports_as_the_model_saved_at_that_step(pretrain
     run_dir = tmp_path / "run"
     for name in ("checkpoints", "logs"):
         shutil.copytree(pretrained_model_dir / name, run_dir / name)
-    run_script("export_model.py", run_dir, "--output_dir", tmp_path / "exported")
+    run_main("export_model.py", run_dir, "--output_dir", tmp_path / "exported")
     assert_same_weights(tmp_path / "exported", pretrained_model_dir)
     inputs, logits = tensorflow_logits("TFAutoModelForMaskedLM", tmp_path / "exported", MLM_TEXTS)
     assert np.array_equal(logits, tensorflow_logits("TFAutoModelForMaskedLM", pretrained_model_dir, MLM_TEXTS)[1])
 
-    result = run_script("export_model.py", run_dir, "--output_dir", tmp_path / "exported", expect_failure=True)
+    result = run_main("export_model.py", run_dir, "--output_dir", tmp_path / "exported", expect_failure=True)
     assert "error: the output folder" in result.stderr and "pass --overwrite" in result.stderr
     shutil.rmtree(run_dir / "checkpoints" / "config")  # As a run started before run_mlm.py saved them.
-    result = run_script("export_model.py", run_dir, "--output_dir", tmp_path / "other", expect_failure=True)
+    result = run_main("export_model.py", run_dir, "--output_dir", tmp_path / "other", expect_failure=True)
     assert "has checkpoints but not the config and tokenizer" in result.stderr
     assert "Run the same run_mlm.py command again" in result.stderr
 
@@ -194,20 +194,21 @@ def test_a_runs_last_checkpoint_exports_as_the_model_saved_at_that_step(pretrain
 def test_a_folder_saved_without_a_pytorch_copy_gets_one(classifier_dir, tmp_path):
     old = tmp_path / "old"
     shutil.copytree(classifier_dir, old, ignore=shutil.ignore_patterns("pytorch", "logs"))
-    run_script("export_model.py", old, "--output_dir", tmp_path / "exported")
+    run_main("export_model.py", old, "--output_dir", tmp_path / "exported")
     assert_same_weights(tmp_path / "exported", classifier_dir)
     exported_files = {path.name for path in (tmp_path / "exported").iterdir()}
     assert exported_files == {path.name for path in old.iterdir()} | {"pytorch"}
     # In place, with --overwrite.
-    run_script("export_model.py", old, "--output_dir", old, "--overwrite")
+    run_main("export_model.py", old, "--output_dir", old, "--overwrite")
     assert_same_weights(old, classifier_dir)
 
 
+@pytest.mark.fast
 def test_what_is_neither_a_model_nor_a_run_is_refused(tmp_path):
     result = run_script("export_model.py", tmp_path / "missing", "--output_dir", tmp_path / "out", expect_failure=True)
-    assert f"error: SOURCE '{tmp_path / 'missing'}' is not a folder" in result.stderr
+    assert_entry_point_error(result, f"SOURCE '{tmp_path / 'missing'}' is not a folder")  # From the entry point.
     (tmp_path / "empty").mkdir()
-    result = run_script("export_model.py", tmp_path / "empty", "--output_dir", tmp_path / "out", expect_failure=True)
+    result = run_main("export_model.py", tmp_path / "empty", "--output_dir", tmp_path / "out", expect_failure=True)
     assert "is neither a model folder (it has no tf_model.h5) nor the --output_dir of a run_mlm.py run" \
         in result.stderr
     assert "Traceback" not in result.stderr

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import MAX_LENGTH
-from helpers import WIKITEXT
+from helpers import MAX_LENGTH, WIKITEXT
 from run_mlm import default_max_predictions, find_shards, make_dataset, mask_tokens
+
+pytestmark = pytest.mark.fast  # The masking and the input pipeline: all in the quick subset.
 
 VOCAB_SIZE = 1000
 SPECIAL_IDS = [0, 1, 2, 3, 4]  # <s>, <pad>, </s>, <unk>, <mask>, as train_unigram.py lays them out.

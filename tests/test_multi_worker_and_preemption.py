@@ -9,8 +9,7 @@ import subprocess
 import sys
 import time
 
-from conftest import MAX_LENGTH
-from helpers import REPO, run_script
+from helpers import MAX_LENGTH, REPO, run_script
 
 
 def tiny_run_args(shards_dir, tokenizer_dir, tiny_config_dir, output_dir, train_dataset=None):

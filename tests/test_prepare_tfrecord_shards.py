@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 from transformers import AutoTokenizer
 
-from conftest import MAX_LENGTH, SHARD_LINES
-from helpers import REPO, WIKITEXT, cut_parts, part_stream, read_shard, read_split, run_script
+from helpers import (MAX_LENGTH, REPO, SHARD_LINES, WIKITEXT, assert_entry_point_error, cut_parts, part_stream,
+                     read_shard, read_split, run_main, run_script)
 from utils import vocabulary_fingerprint
 
 
@@ -20,6 +20,7 @@ def shard_index(path):
     return int(re.match(r"dataset-(\d+)-\d+\.tfrecord$", path.name).group(1))
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("split,source", [("train", "train.txt"), ("validation", "validation.txt")])
 def test_samples_are_the_concatenated_tokens_cut_every_max_length(shards_dir, tokenizer_dir, split, source):
     split_dir = shards_dir / split
@@ -57,6 +58,7 @@ def test_samples_are_the_concatenated_tokens_cut_every_max_length(shards_dir, to
     }
 
 
+@pytest.mark.fast
 def test_only_complete_files_remain(shards_dir):
     for split in ("train", "validation"):
         names = sorted(path.name for path in (shards_dir / split).iterdir())
@@ -65,12 +67,13 @@ def test_only_complete_files_remain(shards_dir):
             names
 
 
+@pytest.mark.fast
 def test_json_lines_input_and_summary(tmp_path, tokenizer_dir):
     lines = (WIKITEXT / "validation.txt").read_text().split("\n")[:400]
     (tmp_path / "valid.jsonl").write_text("\n".join(json.dumps({"content": line}) for line in lines))
-    result = run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
-                        "--validation_file", tmp_path / "valid.jsonl", "--text_column", "content",
-                        "--max_length", 32, "--shard_size", 50, "--num_workers", 2, "--output_dir", tmp_path / "out")
+    result = run_main("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
+                      "--validation_file", tmp_path / "valid.jsonl", "--text_column", "content",
+                      "--max_length", 32, "--shard_size", 50, "--num_workers", 2, "--output_dir", tmp_path / "out")
     manifest = json.loads((tmp_path / "out" / "validation" / "manifest.json").read_text())
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["validation"]
     # What goes through 🤗 Datasets is one stream, written by one process: the script says so.
@@ -80,18 +83,19 @@ def test_json_lines_input_and_summary(tmp_path, tokenizer_dir):
                      rf"{len(manifest['shards'])} shards, \d+ tokens/s", result.stderr)
 
 
+@pytest.mark.fast
 def test_non_empty_output_dir_needs_overwrite_which_replaces_old_shards(tmp_path, tokenizer_dir):
     args = ["--tokenizer_name_or_path", tokenizer_dir, "--train_file", WIKITEXT / "validation.txt",
             "--limit", 300, "--max_length", 32, "--output_dir", tmp_path / "out"]
-    run_script("prepare_tfrecord_shards.py", *args, "--shard_size", 10)
+    run_main("prepare_tfrecord_shards.py", *args, "--shard_size", 10)
     many_shards = sorted((tmp_path / "out" / "train").glob("*.tfrecord"))
     (tmp_path / "out" / "README.txt").write_text("mine")
 
-    result = run_script("prepare_tfrecord_shards.py", *args, "--shard_size", 1000, expect_failure=True)
+    result = run_main("prepare_tfrecord_shards.py", *args, "--shard_size", 1000, expect_failure=True)
     assert "is not empty" in result.stderr and "--overwrite" in result.stderr
     assert sorted((tmp_path / "out" / "train").glob("*.tfrecord")) == many_shards
 
-    run_script("prepare_tfrecord_shards.py", *args, "--shard_size", 1000, "--overwrite")
+    run_main("prepare_tfrecord_shards.py", *args, "--shard_size", 1000, "--overwrite")
     manifest = json.loads((tmp_path / "out" / "train" / "manifest.json").read_text())
     remaining = sorted(path.name for path in (tmp_path / "out" / "train").glob("*.tfrecord"))
     assert remaining == sorted(shard["file"] for shard in manifest["shards"])  # No stale shard left behind.
@@ -99,35 +103,39 @@ def test_non_empty_output_dir_needs_overwrite_which_replaces_old_shards(tmp_path
     assert (tmp_path / "out" / "README.txt").read_text() == "mine"  # Only the split folders written are replaced.
 
 
+@pytest.mark.fast
 def test_too_little_text_for_one_sample_fails_clearly(tmp_path, tokenizer_dir):
     (tmp_path / "tiny.txt").write_text("just a few words\n\n")
-    result = run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
-                        "--train_file", tmp_path / "tiny.txt", "--output_dir", tmp_path / "out", expect_failure=True)
+    result = run_main("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
+                      "--train_file", tmp_path / "tiny.txt", "--output_dir", tmp_path / "out", expect_failure=True)
     assert "gave no sample of 128 tokens" in result.stderr and "lower --max_length" in result.stderr
 
 
+@pytest.mark.fast
 def test_bad_numbers_are_refused(tmp_path, tokenizer_dir):
-    result = run_script("prepare_tfrecord_shards.py", "--train_file", WIKITEXT / "validation.txt",
-                        "--max_length", 0, "--output_dir", tmp_path / "out", expect_failure=True)
+    result = run_main("prepare_tfrecord_shards.py", "--train_file", WIKITEXT / "validation.txt",
+                      "--max_length", 0, "--output_dir", tmp_path / "out", expect_failure=True)
     assert "argument --max_length: must be a positive number, got 0" in result.stderr
 
 
+@pytest.mark.fast
 def test_samples_too_short_to_mask_are_refused(tmp_path):
-    result = run_script("prepare_tfrecord_shards.py", "--train_file", WIKITEXT / "validation.txt",
-                        "--max_length", 2, "--output_dir", tmp_path / "out", expect_failure=True)
+    result = run_main("prepare_tfrecord_shards.py", "--train_file", WIKITEXT / "validation.txt",
+                      "--max_length", 2, "--output_dir", tmp_path / "out", expect_failure=True)
     assert "error: --max_length must be at least 16, got 2: shorter samples leave too few tokens to mask" \
         in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
 
 
-# The records are serialized without TensorFlow (prepare_tfrecord_shards.RecordSerializer): they must be the very
+# The records are serialized without TensorFlow (utils.RecordSerializer): they must be the very
 # bytes TensorFlow writes. Token ids of every varint length are covered, up to 250,000 (the largest vocabularies),
 # and beyond.
 EDGE_IDS = [0, 1, 127, 128, 255, 16383, 16384, 250_000, 2**21 - 1, 2**21, 2**31 - 1, 2**35, 2**63 - 1]
 
 
+@pytest.mark.fast
 def test_records_are_byte_for_byte_those_of_tensorflow(tmp_path):
-    from prepare_tfrecord_shards import RecordSerializer
+    from utils import RecordSerializer
 
     max_length = len(EDGE_IDS)
     rng = np.random.default_rng(0)
@@ -149,8 +157,9 @@ def test_records_are_byte_for_byte_those_of_tensorflow(tmp_path):
     assert b"".join(serialize(samples[i:i + 1]) for i in range(len(samples))) == path.read_bytes()
 
 
+@pytest.mark.fast
 def test_shard_writer_fills_shards_across_batches_and_chunks(tmp_path, monkeypatch):
-    from prepare_tfrecord_shards import ShardWriter
+    from utils import ShardWriter
 
     monkeypatch.setattr(ShardWriter, "CHUNK_SIZE", 4)  # Serialize in chunks smaller than a shard and a batch.
     samples = np.arange(23 * 3).reshape(23, 3)
@@ -170,6 +179,7 @@ def test_shard_writer_fills_shards_across_batches_and_chunks(tmp_path, monkeypat
         assert rows == [(list(sample), [1, 1, 1]) for sample in samples.tolist()]
 
 
+@pytest.mark.fast
 def test_text_files_are_read_as_datasets_reads_them(tmp_path):
     import datasets
 
@@ -188,10 +198,11 @@ def test_text_files_are_read_as_datasets_reads_them(tmp_path):
     assert sum(map(len, iter_text_file_batches(paths, 100))) == 5  # "first line" to "other file"
 
 
+@pytest.mark.fast
 def test_fast_tokenizer_loading_matches_auto_tokenizer(tokenizer_dir):
-    from prepare_tfrecord_shards import load_tokenizer
+    from utils import load_backend_tokenizer
 
-    tokenizer, vocab_size = load_tokenizer(str(tokenizer_dir))
+    tokenizer, vocab_size = load_backend_tokenizer(str(tokenizer_dir))
     reference = AutoTokenizer.from_pretrained(tokenizer_dir)
     texts = ["The <mask> was released in 2011 .", " Valkyria Chronicles III ", "é à <unk> ☃", ""]
     assert [encoding.ids for encoding in tokenizer.encode_batch_fast(texts)] == reference(texts).input_ids
@@ -209,15 +220,16 @@ def test_local_text_to_local_shards_imports_neither_tensorflow_nor_datasets_nor_
     assert (tmp_path / "train" / "manifest.json").exists()
 
 
+@pytest.mark.fast
 def test_errors_in_the_tokenizing_thread_reach_the_user(tmp_path, tokenizer_dir):
     (tmp_path / "data.jsonl").write_text('{"content": "some text"}\n')
-    result = run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
-                        "--train_file", tmp_path / "data.jsonl", "--output_dir", tmp_path / "out",
-                        expect_failure=True)
+    result = run_main("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
+                      "--train_file", tmp_path / "data.jsonl", "--output_dir", tmp_path / "out",
+                      expect_failure=True)
     assert "the data has no column 'text'" in result.stderr and "--text_column" in result.stderr
-    result = run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
-                        "--train_file", WIKITEXT / "validation.txt", "--text_column", "content",
-                        "--output_dir", tmp_path / "out2", expect_failure=True)
+    result = run_main("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
+                      "--train_file", WIKITEXT / "validation.txt", "--text_column", "content",
+                      "--output_dir", tmp_path / "out2", expect_failure=True)
     assert "the data has no column 'content'" in result.stderr
 
 
@@ -239,32 +251,34 @@ def test_shards_written_to_cloud_storage_are_those_written_locally(tmp_path, tok
     assert written == {f"shards/train/{path.name}": path.read_bytes() for path in (tmp_path / "train").iterdir()}
 
 
+@pytest.mark.fast
 def test_text_that_is_not_utf8_is_named_from_the_tokenizing_thread(tmp_path, tokenizer_dir):
     # The bad byte comes after thousands of good lines, read in the background thread that feeds the tokenizer.
     good = (WIKITEXT / "validation.txt").read_bytes()
     (tmp_path / "latin1.txt").write_bytes(good + b"na\xefve\n")
-    result = run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
-                        "--train_file", tmp_path / "latin1.txt", "--output_dir", tmp_path / "out",
-                        expect_failure=True)
+    result = run_main("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
+                      "--train_file", tmp_path / "latin1.txt", "--output_dir", tmp_path / "out",
+                      expect_failure=True)
     line = good.count(b"\n") + 1
     assert f"is not UTF-8: the first invalid byte is at line {line}, byte offset {len(good) + 2} (byte 0xef)" \
         in result.stderr
     assert "iconv -f latin1 -t utf-8" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.fast
 def test_output_dir_that_is_a_file_and_a_missing_tokenizer_are_named(tmp_path, tokenizer_dir):
     args = ["--train_file", WIKITEXT / "validation.txt", "--limit", 300, "--max_length", 32]
     (tmp_path / "out").write_text("a file")
-    file_output = run_script("prepare_tfrecord_shards.py", *args, "--tokenizer_name_or_path", tokenizer_dir,
-                             "--output_dir", tmp_path / "out", expect_failure=True)
+    file_output = run_main("prepare_tfrecord_shards.py", *args, "--tokenizer_name_or_path", tokenizer_dir,
+                           "--output_dir", tmp_path / "out", expect_failure=True)
     assert f"error: --output_dir '{tmp_path / 'out'}' is a file, not a folder" in file_output.stderr
     # A path, which cannot be a Hub id; and a plain name, neither a local folder nor on the (offline) Hub.
-    missing_folder = run_script("prepare_tfrecord_shards.py", *args, "--tokenizer_name_or_path",
-                                tmp_path / "no-tokenizer", "--output_dir", tmp_path / "shards", expect_failure=True)
+    missing_folder = run_main("prepare_tfrecord_shards.py", *args, "--tokenizer_name_or_path",
+                              tmp_path / "no-tokenizer", "--output_dir", tmp_path / "shards", expect_failure=True)
     assert f"error: the tokenizer folder '{tmp_path / 'no-tokenizer'}' (--tokenizer_name_or_path) does not " \
            "exist" in missing_folder.stderr and "train_unigram.py --output_dir" in missing_folder.stderr
-    unknown_name = run_script("prepare_tfrecord_shards.py", *args, "--tokenizer_name_or_path", "no-such-tokenizer",
-                              "--output_dir", tmp_path / "shards", expect_failure=True)
+    unknown_name = run_main("prepare_tfrecord_shards.py", *args, "--tokenizer_name_or_path", "no-such-tokenizer",
+                            "--output_dir", tmp_path / "shards", expect_failure=True)
     assert "error: cannot load the tokenizer 'no-such-tokenizer' (--tokenizer_name_or_path): there is no such " \
            "local folder, and it could not be loaded from the Hugging Face Hub" in unknown_name.stderr
     assert not any("Traceback" in result.stderr for result in (file_output, missing_folder, unknown_name))
@@ -274,8 +288,9 @@ def test_output_dir_that_is_a_file_and_a_missing_tokenizer_are_named(tmp_path, t
 # tokenized, cut and written by a process of its own.
 
 
+@pytest.mark.fast
 def test_parts_hold_every_line_once_in_order(tmp_path):
-    from prepare_tfrecord_shards import plan_parts
+    from utils import plan_parts
     from utils import iter_text_file_batches
 
     # Line breaks of every kind, a line without a break at the end of a file, an empty file, non-ASCII text.
@@ -304,7 +319,7 @@ def part_size(part):
 
 
 def test_several_workers_write_each_part_as_its_own_stream(tmp_path, tokenizer_dir):
-    from prepare_tfrecord_shards import plan_parts
+    from utils import plan_parts
 
     files = [str(WIKITEXT / "train.txt"), str(WIKITEXT / "validation.txt")]
     run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir, "--train_file", *files,
@@ -327,13 +342,13 @@ def test_several_workers_write_each_part_as_its_own_stream(tmp_path, tokenizer_d
     assert len(shard_files) == len(manifest["shards"])
 
 
+@pytest.mark.fast
 def test_a_failing_worker_fails_the_run_and_leaves_the_split_incomplete(tmp_path, tokenizer_dir):
     # Two parts: the second holds the end of train.txt and a file whose last line is not UTF-8.
     (tmp_path / "latin1.txt").write_bytes((WIKITEXT / "validation.txt").read_bytes() + b"na\xefve\n")
     result = run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir, "--train_file",
                         WIKITEXT / "train.txt", tmp_path / "latin1.txt", "--max_length", MAX_LENGTH,
                         "--num_workers", 2, "--output_dir", tmp_path / "out", expect_failure=True)
-    assert f"error: the text file '{tmp_path / 'latin1.txt'}' is not UTF-8" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert_entry_point_error(result, f"the text file '{tmp_path / 'latin1.txt'}' is not UTF-8")  # Status 1 too.
     names = {path.name for path in (tmp_path / "out" / "train").iterdir()}
     assert "INCOMPLETE" in names and "manifest.json" not in names and "token_counts.json" not in names

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from conftest import MAX_LENGTH
-from helpers import WIKITEXT, cut_parts, part_stream, read_split, run_script
+from helpers import (MAX_LENGTH, WIKITEXT, assert_entry_point_error, cut_parts, part_stream, read_split, run_main,
+                     run_script)
 
-# Looked up, not imported: the pipeline runs in the script's own process, and this one never needs Beam.
+# Looked up, not imported: importing Beam takes seconds, paid only where a test needs it.
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("apache_beam") is None,
                                 reason="Apache Beam is not installed: pip install -r requirements-beam.txt")
 
@@ -78,26 +78,27 @@ def test_json_lines_and_parquet_files_give_the_samples_of_their_texts(tmp_path, 
         assert samples == expected and manifest["dropped_tokens"] == dropped and manifest["num_parts"] == 1
 
 
+@pytest.mark.fast
 def test_bad_input_is_named_before_the_pipeline_runs(tmp_path, tokenizer_dir):
     args = [*RUNNER, "--tokenizer_name_or_path", tokenizer_dir, "--max_length", MAX_LENGTH]
-    hub = run_script("prepare_tfrecord_shards.py", *args, "--output_dir", tmp_path / "a", expect_failure=True)
+    hub = run_main("prepare_tfrecord_shards.py", *args, "--output_dir", tmp_path / "a", expect_failure=True)
     assert "with --runner, pass input files (--train_file" in hub.stderr
-    missing = run_script("prepare_tfrecord_shards.py", *args, "--train_file", tmp_path / "nothing-*.txt",
-                         "--output_dir", tmp_path / "b", expect_failure=True)
+    missing = run_main("prepare_tfrecord_shards.py", *args, "--train_file", tmp_path / "nothing-*.txt",
+                       "--output_dir", tmp_path / "b", expect_failure=True)
     assert f"error: no file matches '{tmp_path / 'nothing-*.txt'}'" in missing.stderr
-    remote = run_script("prepare_tfrecord_shards.py", "--runner", "DataflowRunner", "--project", "p",
-                        "--tokenizer_name_or_path", tokenizer_dir, "--train_file", WIKITEXT / "train.txt",
-                        "--output_dir", tmp_path / "c", expect_failure=True)
+    remote = run_main("prepare_tfrecord_shards.py", "--runner", "DataflowRunner", "--project", "p",
+                      "--tokenizer_name_or_path", tokenizer_dir, "--train_file", WIKITEXT / "train.txt",
+                      "--output_dir", tmp_path / "c", expect_failure=True)
     assert "with --runner DataflowRunner, the workers run on other machines" in remote.stderr
-    unknown = run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir, "--train_file",
-                         WIKITEXT / "train.txt", "--project", "p", "--output_dir", tmp_path / "d", expect_failure=True)
+    unknown = run_main("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir, "--train_file",
+                       WIKITEXT / "train.txt", "--project", "p", "--output_dir", tmp_path / "d", expect_failure=True)
     assert "unrecognized arguments: --project p" in unknown.stderr
     # Found by a worker: the pipeline fails with it, and leaves the split INCOMPLETE.
     (tmp_path / "bad.jsonl").write_text('{"text": "a line"}\n[1, 2]\n')
     not_json_lines = run_script("prepare_tfrecord_shards.py", *args, "--train_file", tmp_path / "bad.jsonl",
                                 "--output_dir", tmp_path / "e", expect_failure=True)
-    assert f"error: '{tmp_path / 'bad.jsonl'}' is not a JSON-lines file (one JSON object per line): '[1, 2]'" \
-        in not_json_lines.stderr
+    assert_entry_point_error(not_json_lines, f"'{tmp_path / 'bad.jsonl'}' is not a JSON-lines file (one JSON object "
+                                             "per line): '[1, 2]'")
     assert sorted(path.name for path in (tmp_path / "e" / "train").iterdir()) == ["INCOMPLETE"]
     assert not any("Traceback" in result.stderr for result in (hub, missing, remote, unknown, not_json_lines))
 

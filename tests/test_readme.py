@@ -71,11 +71,13 @@ def readme_commands():
     return commands
 
 
+@pytest.mark.fast
 def test_readme_shows_each_pipeline_script():
     shown = {script for script, _ in readme_commands()}
     assert shown >= set(scripts_here())
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("script,argv", readme_commands(), ids=lambda value: value if isinstance(value, str) else "")
 def test_every_readme_command_parses(script, argv, monkeypatch, capsys):
     try:

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import REPO, run_script, unfinished_copy
+from helpers import REPO, assert_entry_point_error, run_main, run_script, unfinished_copy
 from run_classification import (classification_metrics, evaluation_dataset, load_splits, sample_per_label,
                                 stratified_split)
 from utils import UserError
@@ -78,6 +78,7 @@ def test_every_test_example_counted_once(fine_tuned_dir):
     assert round(results["test"]["accuracy"] * TEST_EXAMPLES) == correct
 
 
+@pytest.mark.fast
 def test_evaluation_batches_hold_every_example_once_with_weight_one():
     features = {"input_ids": np.arange(37 * 4).reshape(37, 4), "attention_mask": np.ones((37, 4), dtype=int)}
     batches = list(evaluation_dataset(features, np.arange(37) % 3, global_batch_size=8).as_numpy_iterator())
@@ -87,6 +88,7 @@ def test_evaluation_batches_hold_every_example_once_with_weight_one():
     assert list(rows[weights == 1]) == list(range(37)) and weights.sum() == 37
 
 
+@pytest.mark.fast
 def test_stratified_split_keeps_every_label_on_both_sides():
     labels = ["a"] * 50 + ["b"] * 9 + ["c"] * 2 + ["d"]
     train, validation = stratified_split(labels, 10, seed=0)
@@ -99,6 +101,7 @@ def test_stratified_split_keeps_every_label_on_both_sides():
     assert stratified_split(labels, 10, seed=1) != (train, validation)
 
 
+@pytest.mark.fast
 def test_sample_per_label_is_stratified_exact_and_seeded():
     labels = ["a"] * 50 + ["b"] * 9 + ["c"] * 3
     sample = sample_per_label(labels, 3, seed=0)
@@ -147,6 +150,7 @@ def test_the_demos_comparison_checks_the_data_flags_before_training(pretrained_m
     assert "missing.csv' does not exist" in result.stderr and not any(tmp_path.iterdir())
 
 
+@pytest.mark.fast
 def test_class_label_columns_give_label_names(tmp_path):
     # As in the Hub's BANKING77: labels stored as integers, their names in the dataset's features. Parquet keeps
     # the features; a local folder read as a dataset stands in for the Hub (offline).
@@ -164,6 +168,7 @@ def test_class_label_columns_give_label_names(tmp_path):
     assert load_splits(argparse.Namespace(**{**vars(args), "dataset_name": str(tmp_path)})) == expected
 
 
+@pytest.mark.fast
 def test_classification_metrics():
     names = ["x", "y", "z"]
     metrics = classification_metrics(np.array([0, 0, 1, 1, 2]), np.array([0, 1, 1, 1, 0]), names,
@@ -195,7 +200,7 @@ def test_two_cpu_replicas_match_one(pretrained_model_dir, tmp_path):
         output_dir = tmp_path / f"replicas-{replicas}"
         result = run_script("run_classification.py", *fine_tune_args(model_dir, output_dir), "--num_epochs", 2,
                             "--num_cpu_replicas", replicas, "--per_replica_batch_size", 16 // replicas)
-        strategy = "OneDeviceStrategy" if replicas == 1 else "MirroredStrategy"
+        strategy = "the default strategy" if replicas == 1 else "MirroredStrategy"
         assert f"{strategy} with {replicas} replica(s) on 1 host(s); global batch 16" in result.stderr
         results[replicas] = json.loads((output_dir / "eval_results.json").read_text())
     one, two = results[1], results[2]
@@ -211,19 +216,22 @@ def write_csv(path, rows):
     return path
 
 
-def assert_fails(args, *messages):
-    result = run_script("run_classification.py", *args, expect_failure=True)
+def assert_fails(args, *messages, run=run_main):
+    result = run("run_classification.py", *args, expect_failure=True)
     for message in messages:
         assert message in result.stderr, result.stderr[-3000:]
     assert "Model:" not in result.stderr and "Traceback" not in result.stderr  # Before building the model.
+    return result
 
 
+@pytest.mark.fast
 def test_bad_data(pretrained_model_dir, tmp_path):
     args = fine_tune_args(pretrained_model_dir, tmp_path / "model")
     assert_fails([*args, "--label_column", "intent"], "the train data has no column 'intent'",
                  "['text', 'category']", "--label_column")
     nowhere = tmp_path / "nowhere.csv"
-    assert_fails([*args, "--test_file", nowhere], f"the test file '{nowhere}' does not exist")
+    result = assert_fails([*args, "--test_file", nowhere], f"the test file '{nowhere}' does not exist", run=run_script)
+    assert_entry_point_error(result, f"the test file '{nowhere}' does not exist")  # The entry point's own output.
     empty = tmp_path / "empty.csv"
     empty.write_text("")
     assert_fails([*args, "--train_file", empty], f"cannot read the train file '{empty}'", "No columns to parse")
@@ -257,6 +265,7 @@ def test_rows_without_a_label_are_left_out_and_counted(pretrained_model_dir, tmp
     assert results["num_labels"] == 6 and results["train_examples"] + results["validation"]["num_examples"] == 116
 
 
+@pytest.mark.fast
 def test_an_unfinished_pretraining_run_is_named_with_what_to_do(pretrained_model_dir, tmp_path):
     unfinished = unfinished_copy(pretrained_model_dir, tmp_path / "unfinished")
     assert_fails(fine_tune_args(unfinished, tmp_path / "model"),
@@ -265,6 +274,7 @@ def test_an_unfinished_pretraining_run_is_named_with_what_to_do(pretrained_model
                  f"python export_model.py {unfinished} --output_dir NEW_FOLDER")
 
 
+@pytest.mark.fast
 def test_bad_model(pretrained_model_dir, tokenizer_dir, tmp_path):
     args = fine_tune_args(pretrained_model_dir, tmp_path / "model")
     assert_fails([*args, "--max_length", 65], "--max_length 65 needs 67 position embeddings",

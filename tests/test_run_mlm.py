@@ -1,6 +1,7 @@
 """run_mlm.py: input checks, choice of strategy, and training end to end (interrupted, resumed, used)."""
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -12,8 +13,7 @@ import pytest
 import tensorflow as tf
 from safetensors import safe_open
 
-from conftest import MAX_LENGTH
-from helpers import REPO, WIKITEXT, run_script, unfinished_copy
+from helpers import MAX_LENGTH, REPO, WIKITEXT, assert_entry_point_error, run_main, run_script, unfinished_copy
 
 
 @pytest.fixture
@@ -31,62 +31,70 @@ def assert_fails_before_building_the_model(result, *messages):
     assert "Model:" not in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.fast
 def test_missing_or_empty_dataset(train_args, tmp_path):
     (tmp_path / "empty").mkdir()
     for path in (tmp_path / "empty", tmp_path / "nowhere"):
-        result = run_script("run_mlm.py", *train_args, "--train_dataset", path, expect_failure=True)
+        result = run_main("run_mlm.py", *train_args, "--train_dataset", path, expect_failure=True)
         assert_fails_before_building_the_model(result, f"no .tfrecord shard found at '{path}'")
 
 
+@pytest.mark.fast
 def test_max_length_must_match_the_shards(train_args):
-    result = run_script("run_mlm.py", *train_args, "--max_length", 128, expect_failure=True)
+    result = run_main("run_mlm.py", *train_args, "--max_length", 128, expect_failure=True)
     assert_fails_before_building_the_model(
         result, f"hold samples of {MAX_LENGTH} tokens, but --max_length is 128", f"--max_length {MAX_LENGTH}")
-    result = run_script("run_mlm.py", *train_args, "--max_length", 8, expect_failure=True)
+    result = run_main("run_mlm.py", *train_args, "--max_length", 8, expect_failure=True)
     assert_fails_before_building_the_model(result, "--max_length must be at least 16, got 8")
 
 
+@pytest.mark.fast
 def test_shards_of_the_original_example_have_no_manifest(train_args, shards_dir, tmp_path):
     # Counts then come from the file names, and max_length from the first record.
     old_style = tmp_path / "old"
     shutil.copytree(shards_dir / "train", old_style, ignore=shutil.ignore_patterns("manifest.json"))
-    result = run_script("run_mlm.py", *train_args, "--train_dataset", old_style, "--max_length", 128,
-                        expect_failure=True)
+    result = run_main("run_mlm.py", *train_args, "--train_dataset", old_style, "--max_length", 128,
+                      expect_failure=True)
     assert_fails_before_building_the_model(result, f"hold samples of {MAX_LENGTH} tokens")
     assert "WARNING run_mlm: The shards at" in result.stderr and "cannot check that they are the whole split" \
         in result.stderr
     next(old_style.glob("*.tfrecord")).rename(old_style / "extra.tfrecord")
-    result = run_script("run_mlm.py", *train_args, "--train_dataset", old_style, expect_failure=True)
+    result = run_main("run_mlm.py", *train_args, "--train_dataset", old_style, expect_failure=True)
     assert_fails_before_building_the_model(result, "cannot count the samples", "dataset-INDEX-NUM_SAMPLES")
 
 
+@pytest.mark.fast
 def test_position_embeddings_must_fit_max_length(train_args):
-    result = run_script("run_mlm.py", *train_args, "--config_overrides", f"max_position_embeddings={MAX_LENGTH}",
-                        expect_failure=True)
+    result = run_main("run_mlm.py", *train_args, "--config_overrides", f"max_position_embeddings={MAX_LENGTH}",
+                      expect_failure=True)
     assert_fails_before_building_the_model(
         result, f"needs {MAX_LENGTH + 2} position embeddings", f"max_position_embeddings={MAX_LENGTH + 2}")
 
 
+@pytest.mark.fast
 def test_bad_config_override_and_unreachable_config(train_args):
-    result = run_script("run_mlm.py", *train_args, "--config_overrides", "hidden_sise=8", expect_failure=True)
+    result = run_main("run_mlm.py", *train_args, "--config_overrides", "hidden_sise=8", expect_failure=True)
     assert_fails_before_building_the_model(result, "bad --config_overrides 'hidden_sise=8'")
-    result = run_script("run_mlm.py", *train_args, "--pretrained_model_config", "FacebookAI/roberta-base",
-                        expect_failure=True)
+    result = run_main("run_mlm.py", *train_args, "--pretrained_model_config", "FacebookAI/roberta-base",
+                      expect_failure=True)
     assert_fails_before_building_the_model(result, "cannot load the model config 'FacebookAI/roberta-base'",
                                            "local folder holding config.json")
 
 
+@pytest.mark.fast
 def test_a_named_tpu_that_is_not_there_fails_fast(train_args):
     started = time.perf_counter()
     result = run_script("run_mlm.py", *train_args, "--tpu_name", "local", expect_failure=True)
     assert_fails_before_building_the_model(result, "cannot use the TPU 'local'", "--no_tpu")
+    assert_entry_point_error(result, "cannot use the TPU 'local'")
     assert time.perf_counter() - started < 60
 
 
+@pytest.mark.fast
 def test_output_dir_with_foreign_files_is_not_overwritten(train_args, tmp_path):
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "results.txt").write_text("from another run")
-    result = run_script("run_mlm.py", *train_args, expect_failure=True)
+    result = run_main("run_mlm.py", *train_args, expect_failure=True)
     assert_fails_before_building_the_model(result, "holds files that are not a checkpoint", "--overwrite")
     assert (tmp_path / "model" / "results.txt").read_text() == "from another run"
 
@@ -126,9 +134,21 @@ def test_train_interrupt_resume_and_fill_mask(train_args, tmp_path):
     assert "Evaluation before training" not in result.stderr
     assert f"Steps {interrupted_at + 1} to " in result.stderr
     assert checkpoint_steps(model_dir)[-1] == 300
+    # Every round's line tells the speed; no peak is known for a CPU, so no MFU. The input pipeline was timed alone
+    # first, then compared with what training took from it.
+    round_lines = [line for line in result.stderr.splitlines() if " run_mlm: Step " in line]
+    assert len(round_lines) == 2 and all(re.search(r"; [\d,]+ tokens/s, [\d,.]+ samples/s, [\d.]+ MFLOP/token, "
+                                                   r"[\d.e-]+ TFLOP/s$", line) for line in round_lines), round_lines
+    assert result.stderr.count("no published peak is known for CPU: rounds show TFLOP/s, no MFU") == 1
+    assert re.search(r"Input pipeline alone, on this host: [\d,]+ samples/s", result.stderr)
+    assert re.search(r"Input pipeline: [\d,]+ samples/s per host alone, before training; training takes [\d,.]+ ",
+                     result.stderr)
 
     results = json.loads((model_dir / "training_results.json").read_text())
     assert results["step"] == 300
+    assert results["input_pipeline_samples_per_second"] > 0 and 0 < results["input_pipeline_share"] < 1
+    assert results["speed"]["tflops"] == pytest.approx(
+        results["speed"]["tokens_per_second"] * results["speed"]["flops_per_token"] / 1e12)
     # The optimizer state was saved and restored: the Adam moments are in the checkpoint.
     saved = dict(tf.train.list_variables(str(model_dir / "checkpoints" / "ckpt-300")))
     assert saved["optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE"] == []
@@ -146,6 +166,9 @@ def test_train_interrupt_resume_and_fill_mask(train_args, tmp_path):
     assert results["final_eval"]["loss"] < results["step_0_eval"]["loss"] - 1
     assert "| masked_accuracy |" in (model_dir / "README.md").read_text()
     assert list((model_dir / "logs" / "eval").glob("events.out.tfevents.*"))
+    train_tags = {value.tag for path in (model_dir / "logs" / "train").glob("events.out.tfevents.*")
+                  for event in tf.compat.v1.train.summary_iterator(str(path)) for value in event.summary.value}
+    assert {"tokens_per_second", "samples_per_second", "flops_per_token", "tflops"} <= train_tags
 
     # The saved model serves the fill-mask pipeline in a TensorFlow-only install.
     code = ("from transformers import pipeline; import json, sys; "
@@ -181,12 +204,13 @@ def test_two_cpu_replicas_with_gradient_accumulation_and_bfloat16(train_args, tm
     assert any((tensor.view(np.uint32) & 0xFFFF).any() for tensor in tensors)  # Bits that bfloat16 lacks.
 
 
+@pytest.mark.fast
 def test_output_dir_that_is_a_file_and_a_missing_tokenizer_are_named(train_args, tmp_path):
     (tmp_path / "model").write_text("a file")
-    result = run_script("run_mlm.py", *train_args, expect_failure=True)
+    result = run_main("run_mlm.py", *train_args, expect_failure=True)
     assert_fails_before_building_the_model(result, f"error: --output_dir '{tmp_path / 'model'}' is a file")
     (tmp_path / "model").unlink()
-    result = run_script("run_mlm.py", *train_args, "--tokenizer", tmp_path / "no-tokenizer", expect_failure=True)
+    result = run_main("run_mlm.py", *train_args, "--tokenizer", tmp_path / "no-tokenizer", expect_failure=True)
     assert_fails_before_building_the_model(
         result, f"error: the tokenizer folder '{tmp_path / 'no-tokenizer'}' (--tokenizer) does not exist")
 
@@ -197,17 +221,18 @@ def copy_split(shards_dir, split, destination, with_manifest=True):
     return sorted(destination.glob("*.tfrecord"), key=lambda path: int(path.name.split("-")[1]))
 
 
+@pytest.mark.fast
 def test_a_damaged_manifest_is_named(train_args, shards_dir, tmp_path):
     copy_split(shards_dir, "train", tmp_path / "train")
     manifest_path = tmp_path / "train" / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
     manifest_path.write_text(json.dumps(manifest)[:100])  # Cut short.
-    result = run_script("run_mlm.py", *train_args, "--train_dataset", tmp_path / "train", expect_failure=True)
+    result = run_main("run_mlm.py", *train_args, "--train_dataset", tmp_path / "train", expect_failure=True)
     assert_fails_before_building_the_model(result, f"error: '{manifest_path}' is not valid JSON",
                                            "Write the shards again")
     del manifest["vocab_size"], manifest["shards"][2]["num_samples"]
     manifest_path.write_text(json.dumps(manifest))
-    result = run_script("run_mlm.py", *train_args, "--train_dataset", tmp_path / "train", expect_failure=True)
+    result = run_main("run_mlm.py", *train_args, "--train_dataset", tmp_path / "train", expect_failure=True)
     assert_fails_before_building_the_model(
         result, f"error: '{manifest_path}' lacks the field(s) vocab_size. Write the shards again")
 
@@ -217,7 +242,7 @@ def test_truncated_or_corrupted_shards_are_named(train_args, shards_dir, tmp_pat
     shards = copy_split(shards_dir, "train", tmp_path / "train")
     size = shards[2].stat().st_size
     shards[2].write_bytes(shards[2].read_bytes()[:size // 2])
-    result = run_script("run_mlm.py", *train_args, "--train_dataset", tmp_path / "train", expect_failure=True)
+    result = run_main("run_mlm.py", *train_args, "--train_dataset", tmp_path / "train", expect_failure=True)
     assert_fails_before_building_the_model(
         result, f"1 shard(s) do not have the size that '{tmp_path / 'train' / 'manifest.json'}' records",
         f"{shards[2]} ({size // 2} bytes, {size} expected)", "write them again with prepare_tfrecord_shards.py")
@@ -232,18 +257,19 @@ def test_truncated_or_corrupted_shards_are_named(train_args, shards_dir, tmp_pat
     old_style[2].write_bytes(old_style[2].read_bytes()[:size // 2])
     for flags, damaged in ((["--eval_dataset", tmp_path / "validation"], f"{eval_shards[0]} (corrupted record at "),
                            (["--train_dataset", tmp_path / "old"], f"{old_style[2]} (truncated record at ")):
-        result = run_script("run_mlm.py", *train_args, *flags, "--max_steps", 4, expect_failure=True)
+        result = run_main("run_mlm.py", *train_args, *flags, "--max_steps", 4, expect_failure=True)
         assert f"error: 1 shard(s) cannot be read, they are damaged or truncated: {damaged}" in result.stderr, \
             result.stderr[-3000:]
         assert "Traceback" not in result.stderr and "Copy the shards again, or write them again" in result.stderr
 
 
+@pytest.mark.fast
 def test_shards_of_another_tokenizer_are_refused(train_args, tokenizer_dir, shards_dir, tmp_path):
     # Shards of a 1000-token vocabulary, a model of 300: ids beyond the embedding table.
     small_tokenizer = tmp_path / "small-tokenizer"
-    run_script("train_unigram.py", "--train_file", WIKITEXT / "validation.txt", "--limit", 300,
-               "--vocab_size", 300, "--output_dir", small_tokenizer)
-    result = run_script("run_mlm.py", *train_args, "--tokenizer", small_tokenizer, expect_failure=True)
+    run_main("train_unigram.py", "--train_file", WIKITEXT / "validation.txt", "--limit", 300,
+             "--vocab_size", 300, "--output_dir", small_tokenizer)
+    result = run_main("run_mlm.py", *train_args, "--tokenizer", small_tokenizer, expect_failure=True)
     assert_fails_before_building_the_model(
         result, f"error: the shards at '{shards_dir / 'train'}' were written with the tokenizer '{tokenizer_dir}', "
                 f"a vocabulary of 1000 tokens, but --tokenizer '{small_tokenizer}' has 300",
@@ -253,11 +279,12 @@ def test_shards_of_another_tokenizer_are_refused(train_args, tokenizer_dir, shar
     manifest = json.loads((tmp_path / "train" / "manifest.json").read_text())
     manifest["vocabulary_fingerprint"] = "0" * 64
     (tmp_path / "train" / "manifest.json").write_text(json.dumps(manifest))
-    result = run_script("run_mlm.py", *train_args, "--train_dataset", tmp_path / "train", expect_failure=True)
+    result = run_main("run_mlm.py", *train_args, "--train_dataset", tmp_path / "train", expect_failure=True)
     assert_fails_before_building_the_model(result, "a vocabulary of the same size as that of --tokenizer",
                                            "but other tokens")
 
 
+@pytest.mark.fast
 def test_shards_of_an_interrupted_prepare_run_are_refused(train_args, tokenizer_dir, tmp_path):
     # Enough text that writing its shards takes seconds: the process is killed once it has written a shard.
     text = (WIKITEXT / "validation.txt").read_text()
@@ -274,14 +301,14 @@ def test_shards_of_an_interrupted_prepare_run_are_refused(train_args, tokenizer_
     process.wait()
     assert (split_dir / "INCOMPLETE").exists() and not (split_dir / "manifest.json").exists()
 
-    result = run_script("run_mlm.py", *train_args, "--train_dataset", split_dir, expect_failure=True)
+    result = run_main("run_mlm.py", *train_args, "--train_dataset", split_dir, expect_failure=True)
     assert_fails_before_building_the_model(
         result, f"error: the shards at '{split_dir}' are incomplete: prepare_tfrecord_shards.py was interrupted",
         "Run prepare_tfrecord_shards.py again, with --overwrite")
     # A shard left under its temporary name tells the same, marker or not.
     (split_dir / "INCOMPLETE").unlink()
     (split_dir / "dataset-99999.tfrecord.tmp").write_bytes(b"")
-    result = run_script("run_mlm.py", *train_args, "--train_dataset", split_dir, expect_failure=True)
+    result = run_main("run_mlm.py", *train_args, "--train_dataset", split_dir, expect_failure=True)
     assert_fails_before_building_the_model(result, "(the folder holds *.tfrecord.tmp, and no manifest.json)")
 
 
@@ -289,7 +316,7 @@ def test_running_a_finished_run_again_says_it_is_complete(train_args, tmp_path):
     args = [*train_args, "--max_steps", 4, "--eval_every_steps", 2]
     run_script("run_mlm.py", *args)
     saved = (tmp_path / "model" / "tf_model.h5").stat().st_mtime_ns
-    result = run_script("run_mlm.py", *args)  # Exits with 0.
+    result = run_main("run_mlm.py", *args)  # Exits with 0.
     assert f"The run in {tmp_path / 'model'} is already complete at step 4, and its model is saved there. " \
            "Nothing to do." in result.stderr
     assert "Model:" not in result.stderr and (tmp_path / "model" / "tf_model.h5").stat().st_mtime_ns == saved
@@ -299,16 +326,17 @@ def test_running_a_finished_run_again_says_it_is_complete(train_args, tmp_path):
     assert json.loads((tmp_path / "model" / "training_results.json").read_text())["saved_model_step"] == 6
 
 
+@pytest.mark.fast
 def test_an_unfinished_run_resumes_only_with_its_own_batch_and_steps(train_args, pretrained_model_dir, tmp_path):
     # pretrained_model_dir was trained by train_args' command with --max_steps 20, at a global batch of 8.
     unfinished = unfinished_copy(pretrained_model_dir, tmp_path / "model")
-    result = run_script("run_mlm.py", *train_args, "--max_steps", 20, "--per_replica_batch_size", 4,
-                        expect_failure=True)
+    result = run_main("run_mlm.py", *train_args, "--max_steps", 20, "--per_replica_batch_size", 4,
+                      expect_failure=True)
     assert_fails_before_building_the_model(
         result, f"{str(unfinished)!r} holds a run, checkpointed at step 20, that trained on global batches "
                 "of 8 samples (8 per replica x 1 replicas x 1 accumulation steps), but this command's global "
                 "batch is 4", "run it with the same global batch", "--overwrite")
-    result = run_script("run_mlm.py", *train_args, "--max_steps", 10, expect_failure=True)
+    result = run_main("run_mlm.py", *train_args, "--max_steps", 10, expect_failure=True)
     assert_fails_before_building_the_model(result, "checkpointed at step 20, beyond the 10 steps this command asks "
                                                    "for", "--max_steps 20 or more")
 

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import MAX_LENGTH
-from helpers import REPO
+from helpers import MAX_LENGTH, REPO
 from run_mlm import check_paths_for_pod, find_shards, make_dataset
 from diagnostics import TensorFlowBuild, explain_unusable_tpu, tensorflow_build, tpu_holders
 from utils import UserError, choose_strategy, local_tpu_chips, use_jit_compile
@@ -41,6 +40,7 @@ def hardware_args(**flags):
                                  "num_cpu_replicas": 1, **flags})
 
 
+@pytest.mark.fast
 def test_tpu_chips_are_found_in_sysfs(tmp_path):
     assert local_tpu_chips(fake_v4_host(tmp_path / "v4")) == {"v4": 4}
     v2_and_v3 = tmp_path / "v3"
@@ -58,6 +58,7 @@ def test_tpu_chips_are_found_in_sysfs(tmp_path):
     assert local_tpu_chips() == {}  # This machine.
 
 
+@pytest.mark.fast
 def test_a_machine_with_tpu_chips_never_trains_on_its_cpu_by_default(tmp_path):
     # TensorFlow here is the plain build: it cannot use the (fake) chips, and the script must say so, and why.
     root = fake_v4_host(tmp_path)
@@ -70,7 +71,7 @@ def test_a_machine_with_tpu_chips_never_trains_on_its_cpu_by_default(tmp_path):
     assert "make install-tpu" in message and "--no_tpu" in message
     # --no_tpu is the user's explicit choice of the CPU: one device, so no MirroredStrategy, and no XLA by default.
     strategy, on_tpu = choose_strategy(hardware_args(no_tpu=True), root=root)
-    assert isinstance(strategy, tf.distribute.OneDeviceStrategy) and not on_tpu
+    assert strategy is tf.distribute.get_strategy() and not on_tpu  # TensorFlow's default strategy.
     assert use_jit_compile(hardware_args(jit_compile=None), on_tpu) is False
     assert use_jit_compile(hardware_args(jit_compile=True), on_tpu) is True  # Rehearsing a TPU's XLA on the CPU.
     assert use_jit_compile(hardware_args(jit_compile=True), on_tpu=True) is False  # All of it is XLA there.
@@ -80,6 +81,7 @@ def test_a_machine_with_tpu_chips_never_trains_on_its_cpu_by_default(tmp_path):
         choose_strategy(hardware_args(tpu_name="local"), root=tmp_path / "nothing")
 
 
+@pytest.mark.fast
 def test_why_the_tpu_cannot_be_used(tmp_path):
     chips, error = {"v5e": 8}, RuntimeError("TPU initialization failed")
     plain = explain_unusable_tpu(chips, error, TensorFlowBuild("tensorflow", "2.18.0", False, ["tensorflow"]), {})

@@ -1,0 +1,452 @@
+"""Faults a long run meets (issue #34): hyper-parameters out of their domain, records that are not text, a full
+disk, a damaged checkpoint, two runs in one output folder, a huge line. Each ends in a clear message, in-process
+where it can: no traceback, nothing lost."""
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+
+import run_classification
+import run_mlm
+import utils
+from helpers import MAX_LENGTH, REPO, WIKITEXT, run_script, unfinished_copy
+from utils import UserError
+
+
+@pytest.mark.parametrize("script,argv,message", [
+    (run_mlm, ["--learning_rate", "-1"], "argument --learning_rate: must be above 0, got -1"),
+    (run_mlm, ["--learning_rate", "0"], "argument --learning_rate: must be above 0, got 0"),
+    (run_mlm, ["--learning_rate", "nan"], "argument --learning_rate: must be above 0, got nan"),
+    (run_mlm, ["--weight_decay_rate", "-0.1"], "argument --weight_decay_rate: must be 0 or more, got -0.1"),
+    (run_mlm, ["--warmup_steps", "-5"], "argument --warmup_steps: must be 0 or more, got -5"),
+    (run_mlm, ["--warmup_ratio", "1"], "argument --warmup_ratio: must be in [0, 1), got 1"),
+    (run_mlm, ["--mlm_probability", "1.5"], "argument --mlm_probability: must be in (0, 1), 0 and 1 excluded, got 1.5"),
+    (run_mlm, ["--mlm_probability", "0"], "argument --mlm_probability: must be in (0, 1), 0 and 1 excluded, got 0"),
+    (run_mlm, ["--max_predictions_per_seq", "-1"], "argument --max_predictions_per_seq: must be 0 or more, got -1"),
+    (run_mlm, ["--max_predictions_per_seq", "200"], "--max_predictions_per_seq must be from 0 to --max_length (128)"),
+    (run_mlm, ["--config_overrides", "hidden_size=64,hidden_dropout_prob=1.5"],
+     "argument --config_overrides: hidden_dropout_prob is a dropout rate: it must be in [0, 1), got 1.5"),
+    (run_mlm, ["--config_overrides", "attention_probs_dropout_prob=-0.1"],
+     "attention_probs_dropout_prob is a dropout rate: it must be in [0, 1), got -0.1"),
+    (run_mlm, ["--config_overrides", "num_hidden_layers=0"], "num_hidden_layers must be a positive number, got 0"),
+    (run_classification, ["--model_name_or_path", "m", "--train_file", "t.csv", "--learning_rate=-1e-3"],
+     "argument --learning_rate: must be above 0, got -1e-3"),
+    (run_classification, ["--model_name_or_path", "m", "--train_file", "t.csv", "--weight_decay_rate", "-1"],
+     "argument --weight_decay_rate: must be 0 or more, got -1"),
+])
+def test_hyper_parameters_out_of_their_domain_are_refused_with_the_range(script, argv, message, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", [f"{script.__name__}.py", *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        script.parse_args()
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert message in error and "Traceback" not in error
+
+
+def test_hyper_parameters_in_their_domain_are_accepted(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["run_mlm.py", "--learning_rate", "2e-3", "--weight_decay_rate", "0",
+                                      "--warmup_steps", "0", "--mlm_probability", "0.4", "--config_overrides",
+                                      "hidden_dropout_prob=0,classifier_dropout=None,hidden_size=128"])
+    args = run_mlm.parse_args()
+    assert (args.learning_rate, args.weight_decay_rate, args.warmup_steps) == (2e-3, 0, 0)
+    assert args.max_predictions_per_seq == run_mlm.default_max_predictions(0.4, 128)
+
+
+def write_json_lines(path, values):
+    path.write_text("".join(json.dumps({"text": value}) + "\n" for value in values))
+    return path
+
+
+@pytest.mark.parametrize("value,shown", [(42, "int 42"), (["a", "b"], "list ['a', 'b']"),
+                                         ({"a": 1}, "dict {'a': 1}"), (1.5, "float 1.5")])
+def test_a_record_that_is_not_text_is_refused_with_its_number(value, shown, tmp_path):
+    # train_unigram.py and prepare_tfrecord_shards.py read every corpus through utils.text_batches.
+    path = write_json_lines(tmp_path / "data.jsonl", ["first text", None, "", "third text", value, "after"])
+    (batches,) = utils.text_batches(text_column="text", batch_size=2, data_files={"train": [str(path)]}).values()
+    with pytest.raises(UserError) as error:
+        list(batches)
+    assert str(error.value).startswith(f"the 'text' field of record 5 of the train split is not text but {shown}.")
+    assert "--text_column" in str(error.value) and "null counts as an empty text" in str(error.value)
+
+
+def test_null_records_are_skipped_as_empty_ones_in_json_lines_and_parquet(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    values = ["one", None, "  ", "two", None]
+    write_json_lines(tmp_path / "data.jsonl", values)
+    pq.write_table(pa.table({"text": values}), tmp_path / "data.parquet")
+    for name in ("data.jsonl", "data.parquet"):
+        (batches,) = utils.text_batches(text_column="text", batch_size=10,
+                                        data_files={"train": [str(tmp_path / name)]}).values()
+        assert list(batches) == [["one", "two"]]
+
+
+def test_a_parquet_column_of_numbers_is_refused(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": [3, 4]}), tmp_path / "data.parquet")
+    (batches,) = utils.text_batches(text_column="text", batch_size=10,
+                                    data_files={"validation": [str(tmp_path / "data.parquet")]}).values()
+    with pytest.raises(UserError, match="the 'text' field of record 1 of the validation split is not text but int 3"):
+        list(batches)
+
+
+def test_the_beam_workers_refuse_a_record_that_is_not_text_as_the_scripts_do(tmp_path, tokenizer_dir):
+    import beam_pipeline
+
+    path = write_json_lines(tmp_path / "data.jsonl", ["a text", None, 7])
+    args = argparse.Namespace(tokenizer_name_or_path=str(tokenizer_dir), text_column="text", batch_size=10,
+                              shard_size=10, max_length=16)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(UserError) as error:
+        beam_pipeline.write_part_on_beam_worker((0, [(str(path), 0, path.stat().st_size)]), str(tmp_path / "out"),
+                                                args)
+    assert str(error.value).startswith(f"the 'text' field of record 3 of {str(path)!r} from byte 0 (blank lines not "
+                                       "counted) is not text but int 7.")
+
+
+@pytest.fixture
+def releases(monkeypatch):
+    """The releases that OutputDirLease.hold registers to run at exit, run at the end of the test instead."""
+    callbacks = []
+    monkeypatch.setattr(run_mlm.atexit, "register", callbacks.append)
+    yield callbacks
+    for callback in callbacks:
+        callback()
+
+
+def test_a_second_run_into_a_folder_where_a_run_is_going_is_refused_at_once(tmp_path, releases):
+    run_mlm.OutputDirLease(str(tmp_path)).hold()
+    claim = json.loads((tmp_path / "running.json").read_text())
+    assert claim["pid"] == os.getpid() and claim["host"] == socket.gethostname()
+    with pytest.raises(UserError) as error:
+        run_mlm.OutputDirLease(str(tmp_path)).hold()
+    message = str(error.value)
+    assert message.startswith(f"another run is writing into --output_dir {str(tmp_path)!r}: process {os.getpid()} "
+                              f"on host {socket.gethostname()}, started {run_mlm.utc(claim['started'])}")
+    assert "choose another --output_dir" in message and "expires" not in message  # Same host: no lease to wait for.
+    releases.pop()()  # The process exits: its claim goes.
+    assert not (tmp_path / "running.json").exists()
+
+
+def test_a_run_killed_on_this_host_leaves_a_claim_that_the_next_run_takes_over(tmp_path, releases, caplog):
+    holder = subprocess.Popen(["sleep", "60"])  # Stands in for a run's process.
+    lease = run_mlm.OutputDirLease(str(tmp_path))
+    lease.claim.update(pid=holder.pid, process_start=run_mlm.process_start(holder.pid))
+    assert lease.claim_folder(replacing=False, generation=None)
+    with pytest.raises(UserError, match=f"process {holder.pid} on host"):
+        run_mlm.OutputDirLease(str(tmp_path)).hold()
+    holder.kill()  # SIGKILL: nothing is released.
+    holder.wait()
+    run_mlm.OutputDirLease(str(tmp_path)).hold()
+    assert json.loads((tmp_path / "running.json").read_text())["pid"] == os.getpid()
+    assert f"names a run that ended without releasing it (process {holder.pid}" in caplog.text
+
+
+def test_a_claim_from_another_host_blocks_until_its_lease_expires(tmp_path, releases):
+    lease = run_mlm.OutputDirLease(str(tmp_path))
+    lease.claim.update(host="lost-vm", pid=1234, renewed=time.time() - 60)
+    assert lease.claim_folder(replacing=False, generation=None)
+    with pytest.raises(UserError) as error:
+        run_mlm.OutputDirLease(str(tmp_path)).hold()
+    assert "process 1234 on host lost-vm" in str(error.value)
+    assert (f"takes over once its claim expires, at {run_mlm.utc(lease.claim['renewed'] + 600)} (10 minutes after it "
+            f"was last renewed), or at once if you delete {tmp_path / 'running.json'}") in str(error.value)
+    lease.claim["renewed"] = time.time() - 601
+    (tmp_path / "running.json").write_text(json.dumps(lease.claim))
+    run_mlm.OutputDirLease(str(tmp_path)).hold()
+    assert json.loads((tmp_path / "running.json").read_text())["host"] == socket.gethostname()
+
+
+def test_a_process_id_used_again_is_not_taken_for_the_run(tmp_path, releases):
+    lease = run_mlm.OutputDirLease(str(tmp_path))
+    lease.claim["process_start"] = "1"  # This process's id, but another process's start: the run has ended.
+    assert lease.claim_folder(replacing=False, generation=None)
+    run_mlm.OutputDirLease(str(tmp_path)).hold()
+
+
+def test_the_holder_renews_its_claim_and_releases_only_its_own(tmp_path, releases):
+    lease = run_mlm.OutputDirLease(str(tmp_path))
+    lease.hold()
+    renewed = lease.claim["renewed"]
+    time.sleep(0.01)
+    assert lease.renew() and json.loads((tmp_path / "running.json").read_text())["renewed"] > renewed
+    (tmp_path / "running.json").write_text(json.dumps({**lease.claim, "run": "another"}))  # Taken over.
+    assert not lease.renew()
+    releases.pop()()
+    assert json.loads((tmp_path / "running.json").read_text())["run"] == "another"
+
+
+@pytest.fixture(scope="module")
+def gcs():
+    from gcs_emulator import GcsEmulator
+
+    with GcsEmulator() as emulator:
+        emulator.create_bucket("faults")
+        yield emulator
+
+
+@pytest.fixture
+def bucket_client(gcs, monkeypatch):
+    """utils' Cloud Storage layer, in this process, on the emulator."""
+    monkeypatch.setattr(utils, "gcs_client", gcs.client)
+    return gcs.client()
+
+
+def test_a_claim_in_a_bucket_is_a_lease_that_expires_and_one_of_two_runs_wins(bucket_client, releases):
+    folder = f"gs://faults/run-{time.monotonic_ns()}"
+    first, second = run_mlm.OutputDirLease(folder), run_mlm.OutputDirLease(folder)
+    second.claim["host"] = "another-vm"  # The second run starts on another machine: only the lease can tell.
+    first.hold()
+    assert not second.claim_folder(replacing=False, generation=None)  # It too found no claim, but came second.
+    with pytest.raises(UserError, match=f"process {os.getpid()} on host .* If that run is gone .* at once if you "
+                                        f"delete {folder}/running.json"):
+        second.hold()
+    assert first.renew()
+    stale = json.loads(bucket_client.bucket("faults").blob(f"{folder[len('gs://faults/'):]}/running.json")
+                       .download_as_bytes())
+    stale.update(host="lost-vm", renewed=time.time() - 601)
+    bucket_client.bucket("faults").blob(f"{folder[len('gs://faults/'):]}/running.json").upload_from_string(
+        json.dumps(stale))
+    second.hold()  # The lost VM's lease has expired.
+    assert not first.renew()  # The first run learns that it was taken over.
+    releases.pop(0)()  # The first run exits: the claim is the second's, and stays.
+    assert run_mlm.OutputDirLease(folder).read()[0]["run"] == second.claim["run"]
+    releases.pop()()
+    assert run_mlm.OutputDirLease(folder).read() == (None, None)
+
+
+def test_the_same_command_twice_into_one_folder_is_refused_and_a_killed_run_does_not_block(
+        shards_dir, tokenizer_dir, tiny_config_dir, tmp_path):
+    output_dir = tmp_path / "model"
+    args = ["--train_dataset", shards_dir / "train", "--tokenizer", tokenizer_dir, "--pretrained_model_config",
+            tiny_config_dir, "--max_length", MAX_LENGTH, "--per_replica_batch_size", 8, "--warmup_steps", 0,
+            "--no_tpu", "--max_steps", 10**6, "--checkpoint_every_steps", 10, "--output_dir", output_dir]
+    first = subprocess.Popen([sys.executable, str(REPO / "run_mlm.py"), *map(str, args)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in first.stderr:
+            if "Steps 1 to " in line:
+                break
+        second = run_script("run_mlm.py", *args, expect_failure=True)
+        assert (f"error: another run is writing into --output_dir '{output_dir}': process {first.pid} on host "
+                f"{socket.gethostname()}, started ") in second.stderr
+        assert "Model:" not in second.stderr and "Traceback" not in second.stderr  # At once.
+        while not list((output_dir / "checkpoints").glob("ckpt-*.index")):
+            time.sleep(0.2)
+    finally:
+        first.kill()  # SIGKILL: no checkpoint at the end, no release.
+        first.wait()
+    assert (output_dir / "running.json").exists()
+    last_step = int(tf.train.latest_checkpoint(str(output_dir / "checkpoints")).rsplit("-", 1)[1])
+    third = run_script("run_mlm.py", *args[:-4], "--max_steps", last_step + 2, "--output_dir", output_dir)
+    assert f"names a run that ended without releasing it (process {first.pid}" in third.stderr
+    assert f"Resuming from {output_dir / 'checkpoints' / f'ckpt-{last_step}'}" in third.stderr
+    assert not (output_dir / "running.json").exists() and (output_dir / "tf_model.h5").exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """mount(size): a tmpfs of `size` bytes at tmp_path/"disk", a disk that fills; mount again to grow it (space
+    freed). Skipped where this test may not mount (not root, or no CAP_SYS_ADMIN): the injected errors below still
+    run there."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = []
+
+    def mount(size):
+        options = f"size={size}" + (",remount" if mounted else "")
+        result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(disk)], capture_output=True)
+        if result.returncode:
+            pytest.skip(f"cannot mount a small tmpfs here: {result.stderr.decode().strip()}")
+        mounted.append(size)
+        return disk
+
+    yield mount
+    if mounted:
+        subprocess.run(["umount", "--lazy", str(disk)], check=True)  # Lazy: a file the failed write left open.
+
+
+def prepare_argv(tokenizer_dir, output_dir, *extra):
+    return ["prepare_tfrecord_shards.py", "--tokenizer_name_or_path", str(tokenizer_dir), "--train_file",
+            str(WIKITEXT / "train.txt"), "--limit", "1400", "--max_length", str(MAX_LENGTH), "--shard_size", "100",
+            "--output_dir", str(output_dir), *extra]
+
+
+def test_a_full_disk_while_writing_shards_leaves_the_split_incomplete_and_the_same_command_works_once_freed(
+        tokenizer_dir, small_disk, monkeypatch):
+    import prepare_tfrecord_shards
+
+    disk = small_disk(64 * 1024)  # The shards of 1,400 lines take about 600 KB.
+    monkeypatch.setattr(sys, "argv", prepare_argv(tokenizer_dir, disk / "tfrecords"))
+    with pytest.raises(UserError) as error:
+        prepare_tfrecord_shards.main()
+    assert str(error.value).startswith(f"no space left to write the shards in '{disk / 'tfrecords'}': the disk is "
+                                       "full (No space left on device). Nothing unfinished looks complete")
+    assert "run the same command again with --overwrite" in str(error.value)
+    split = disk / "tfrecords" / "train"
+    assert (split / "INCOMPLETE").exists() and not (split / "manifest.json").exists()
+    with pytest.raises(UserError, match="the shards at .* are incomplete"):  # Nothing looks complete.
+        run_mlm.find_shards(str(split), MAX_LENGTH)
+    small_disk(8 * 2**20)  # Space freed.
+    monkeypatch.setattr(sys, "argv", prepare_argv(tokenizer_dir, disk / "tfrecords", "--overwrite"))
+    prepare_tfrecord_shards.main()
+    assert json.loads((split / "manifest.json").read_text())["num_samples"] > 0 and not (split / "INCOMPLETE").exists()
+
+
+def test_a_full_disk_while_checkpointing_keeps_the_last_checkpoint_and_the_same_command_resumes(
+        shards_dir, tokenizer_dir, tiny_config_dir, pretrained_model_dir, small_disk):
+    # Room for the run's config and one checkpoint, not two: the checkpoint of step 20 finds the disk full.
+    checkpoint_bytes = sum(path.stat().st_size for path in (pretrained_model_dir / "checkpoints").glob("ckpt-*"))
+    config_bytes = sum(path.stat().st_size for path in (pretrained_model_dir / "checkpoints" / "config").iterdir())
+    disk = small_disk(config_bytes + checkpoint_bytes * 3 // 2 + 128 * 1024)
+    output_dir = disk / "model"
+    args = ["--train_dataset", shards_dir / "train", "--tokenizer", tokenizer_dir, "--pretrained_model_config",
+            tiny_config_dir, "--max_length", MAX_LENGTH, "--per_replica_batch_size", 8, "--warmup_steps", 0,
+            "--no_tpu", "--max_steps", 30, "--checkpoint_every_steps", 10, "--output_dir", output_dir]
+    result = run_script("run_mlm.py", *args, expect_failure=True)
+    assert (f"error: no space left to write the checkpoint of step 20 in '{output_dir / 'checkpoints'}': the disk "
+            "is full (No space left on device). The checkpoints in "
+            f"'{output_dir / 'checkpoints'}' are intact, the last '{output_dir / 'checkpoints' / 'ckpt-10'}': free "
+            "space, then run the same command again; it resumes from there.") in result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(path.name for path in (output_dir / "checkpoints").iterdir()) == [
+        "checkpoint", "ckpt-10.data-00000-of-00001", "ckpt-10.index", "config"]  # The failed save's files gone.
+    assert not (output_dir / "running.json").exists()
+    small_disk(64 * 2**20)  # Space freed.
+    result = run_script("run_mlm.py", *args)
+    assert f"Resuming from {output_dir / 'checkpoints' / 'ckpt-10'}, at step 10" in result.stderr
+    assert json.loads((output_dir / "training_results.json").read_text())["saved_model_step"] == 30
+
+
+def test_a_full_disk_while_saving_a_model_leaves_nothing_half_saved(pretrained_model_dir, small_disk):
+    import export_model
+
+    disk = small_disk(256 * 1024)  # Less than the weights, in tf_model.h5 and pytorch/model.safetensors.
+    output_dir = disk / "model"
+    with pytest.raises(UserError) as error:
+        export_model.main(argparse.Namespace(source=str(pretrained_model_dir), output_dir=str(output_dir),
+                                             overwrite=False))
+    assert str(error.value).startswith(f"no space left to write the model of {str(pretrained_model_dir)}, with its "
+                                       f"PyTorch copy in pytorch/, in '{output_dir}'")
+    assert "nothing half-saved looks complete" in str(error.value)
+    assert list(output_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("error,reason", [
+    (OSError(28, "No space left on device"), "the disk is full (No space left on device)"),
+    (OSError(122, "Disk quota exceeded"), "the disk quota is exceeded (Disk quota exceeded)"),
+    (OSError("Unable to create file (file write failed: errno = 28, error message = 'No space left on device')"),
+     "the disk is full (No space left on device)"),  # h5py's: no errno.
+    (tf.errors.ResourceExhaustedError(None, None, "/m/ckpt-2_temp/part-0; No space left on device [Op:SaveV2]"),
+     "the disk is full (No space left on device)"),
+    (tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[8,128,50265]"), None),
+    (OSError(13, "Permission denied"), None),
+    (UserError("no space left on device: already explained"), None),
+])
+def test_full_disks_are_told_from_other_errors(error, reason):
+    assert utils.out_of_space_reason(error) == reason
+
+
+def test_a_bucket_quota_error_while_writing_shards_to_gs_is_named(tokenizer_dir, bucket_client, monkeypatch):
+    # The emulator has no quota: the error Cloud Storage answers with is injected at the shard write.
+    from google.api_core.exceptions import Forbidden, TooManyRequests
+    from google.cloud.storage import fileio
+
+    import prepare_tfrecord_shards
+
+    def quota_exceeded(self, data):
+        raise Forbidden("POST https://storage.googleapis.com/upload/storage/v1/b/faults/o: The project has "
+                        "exceeded its storage quota (quotaExceeded)")
+
+    monkeypatch.setattr(fileio.BlobWriter, "write", quota_exceeded)
+    output_dir = f"gs://faults/shards-{time.monotonic_ns()}"
+    monkeypatch.setattr(sys, "argv", prepare_argv(tokenizer_dir, output_dir))
+    with pytest.raises(UserError) as error:
+        prepare_tfrecord_shards.main()
+    assert str(error.value).startswith(f"no space left to write the shards in '{output_dir}': the storage quota is "
+                                       "exceeded. Nothing unfinished")
+    prefix = output_dir[len("gs://faults/"):]
+    names = {blob.name[len(prefix) + 1:] for blob in bucket_client.list_blobs("faults", prefix=prefix)}
+    assert "train/INCOMPLETE" in names and "train/manifest.json" not in names
+    # A rate limit is not a full bucket: it passes unchanged.
+    assert not utils.out_of_space_reason(TooManyRequests("rateLimitExceeded: The rate of change requests is too high"))
+
+
+@pytest.fixture
+def run_with_two_checkpoints(pretrained_model_dir, tmp_path):
+    """An interrupted run with checkpoints at steps 10 and 20 (the one of the finished run, twice)."""
+    run_dir = unfinished_copy(pretrained_model_dir, tmp_path / "run")
+    checkpoints = run_dir / "checkpoints"
+    for path in checkpoints.glob("ckpt-20.*"):
+        shutil.copy(path, checkpoints / path.name.replace("ckpt-20", "ckpt-10"))
+    (checkpoints / "checkpoint").write_text('model_checkpoint_path: "ckpt-20"\nall_model_checkpoint_paths: "ckpt-10"\n'
+                                            'all_model_checkpoint_paths: "ckpt-20"\n')
+    return run_dir
+
+
+@pytest.mark.parametrize("damage", ["cut short", "corrupted"])
+def test_a_damaged_checkpoint_is_named_with_the_intact_one_before_it_which_is_used_once_the_damaged_is_deleted(
+        damage, run_with_two_checkpoints, tmp_path):
+    import export_model
+
+    checkpoints = run_with_two_checkpoints / "checkpoints"
+    data = checkpoints / "ckpt-20.data-00000-of-00001"
+    if damage == "cut short":
+        os.truncate(data, data.stat().st_size // 2)
+    else:
+        with open(data, "r+b") as f:
+            f.seek(data.stat().st_size // 2)
+            f.write(b"\x00" * 64)
+    export = argparse.Namespace(source=str(run_with_two_checkpoints), output_dir=str(tmp_path / "exported"),
+                                overwrite=False)
+    with pytest.raises(UserError) as error:
+        export_model.main(export)
+    message = str(error.value)
+    assert message.startswith(f"the checkpoint {checkpoints / 'ckpt-20'} is damaged: ")
+    assert (f"The checkpoint before it, {checkpoints / 'ckpt-10'}, is intact: to resume or export from it, delete "
+            f"the damaged checkpoint's files (`rm {checkpoints / 'ckpt-20'}.*`), then run the same command again. "
+            "Its steps after 10 are lost") in message
+    assert not (tmp_path / "exported").exists()
+    # run_mlm.py checks the checkpoint it resumes from before restoring it (restoring reads lazily).
+    run_args = argparse.Namespace(output_dir=str(run_with_two_checkpoints), overwrite=False)
+    with pytest.raises(UserError, match=f"the checkpoint {checkpoints / 'ckpt-20'} is damaged"):
+        run_mlm.restore_last_checkpoint(run_args, trainer=None, is_chief=True)
+
+    for path in checkpoints.glob("ckpt-20.*"):  # What the message says to do.
+        path.unlink()
+    assert utils.last_checkpoint(str(checkpoints)) == str(checkpoints / "ckpt-10")
+    export_model.main(export)
+    assert (tmp_path / "exported" / "tf_model.h5").exists()
+
+
+def test_no_intact_checkpoint_says_to_start_over(run_with_two_checkpoints):
+    checkpoints = run_with_two_checkpoints / "checkpoints"
+    for step in (10, 20):
+        os.truncate(checkpoints / f"ckpt-{step}.data-00000-of-00001", 1000)
+    with pytest.raises(UserError, match="No earlier checkpoint is intact: start the run over"):
+        utils.check_checkpoint(str(checkpoints / "ckpt-20"), str(checkpoints))
+
+
+def test_a_long_line_is_tokenized_in_pieces_into_the_tokens_of_the_whole(tokenizer_dir, monkeypatch):
+    tokenizer, _ = utils.load_backend_tokenizer(str(tokenizer_dir))
+    lines = [line for line in (WIKITEXT / "train.txt").read_text().splitlines() if line.strip()]
+    long_line = "  ".join(lines[:60])  # Runs of spaces too, which the normalizer makes one.
+    monkeypatch.setattr(utils, "MAX_PIECE_CHARS", 300)  # Dozens of pieces, several calls.
+    texts = [lines[100], long_line, lines[101], lines[102]]
+    expected = [token for text in texts for token in tokenizer.encode(text).ids]
+    assert len(long_line) > 20 * 300
+    assert utils.tokenize(tokenizer, texts).tolist() == expected
+    # A "word" longer than a piece is cut where it must be: its tokens may differ at the cut, but none is lost.
+    ids = utils.tokenize(tokenizer, ["x" * 1000])
+    assert ids[0] == tokenizer.token_to_id("<s>") and ids[-1] == tokenizer.token_to_id("</s>") and len(ids) > 2
