@@ -21,6 +21,7 @@ from helpers import MAX_LENGTH, REPO, WIKITEXT, run_script, unfinished_copy
 from utils import UserError
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("script,argv,message", [
     (run_mlm, ["--learning_rate", "-1"], "argument --learning_rate: must be above 0, got -1"),
     (run_mlm, ["--learning_rate", "0"], "argument --learning_rate: must be above 0, got 0"),
@@ -51,6 +52,7 @@ def test_hyper_parameters_out_of_their_domain_are_refused_with_the_range(script,
     assert message in error and "Traceback" not in error
 
 
+@pytest.mark.fast
 def test_hyper_parameters_in_their_domain_are_accepted(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["run_mlm.py", "--learning_rate", "2e-3", "--weight_decay_rate", "0",
                                       "--warmup_steps", "0", "--mlm_probability", "0.4", "--config_overrides",
@@ -65,6 +67,7 @@ def write_json_lines(path, values):
     return path
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("value,shown", [(42, "int 42"), (["a", "b"], "list ['a', 'b']"),
                                          ({"a": 1}, "dict {'a': 1}"), (1.5, "float 1.5")])
 def test_a_record_that_is_not_text_is_refused_with_its_number(value, shown, tmp_path):
@@ -77,6 +80,7 @@ def test_a_record_that_is_not_text_is_refused_with_its_number(value, shown, tmp_
     assert "--text_column" in str(error.value) and "null counts as an empty text" in str(error.value)
 
 
+@pytest.mark.fast
 def test_null_records_are_skipped_as_empty_ones_in_json_lines_and_parquet(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -90,6 +94,7 @@ def test_null_records_are_skipped_as_empty_ones_in_json_lines_and_parquet(tmp_pa
         assert list(batches) == [["one", "two"]]
 
 
+@pytest.mark.fast
 def test_a_parquet_column_of_numbers_is_refused(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -125,6 +130,7 @@ def releases(monkeypatch):
         callback()
 
 
+@pytest.mark.fast
 def test_a_second_run_into_a_folder_where_a_run_is_going_is_refused_at_once(tmp_path, releases):
     run_mlm.OutputDirLease(str(tmp_path)).hold()
     claim = json.loads((tmp_path / "running.json").read_text())
@@ -139,6 +145,7 @@ def test_a_second_run_into_a_folder_where_a_run_is_going_is_refused_at_once(tmp_
     assert not (tmp_path / "running.json").exists()
 
 
+@pytest.mark.fast
 def test_a_run_killed_on_this_host_leaves_a_claim_that_the_next_run_takes_over(tmp_path, releases, caplog):
     holder = subprocess.Popen(["sleep", "60"])  # Stands in for a run's process.
     lease = run_mlm.OutputDirLease(str(tmp_path))
@@ -153,6 +160,7 @@ def test_a_run_killed_on_this_host_leaves_a_claim_that_the_next_run_takes_over(t
     assert f"names a run that ended without releasing it (process {holder.pid}" in caplog.text
 
 
+@pytest.mark.fast
 def test_a_claim_from_another_host_blocks_until_its_lease_expires(tmp_path, releases):
     lease = run_mlm.OutputDirLease(str(tmp_path))
     lease.claim.update(host="lost-vm", pid=1234, renewed=time.time() - 60)
@@ -168,6 +176,7 @@ def test_a_claim_from_another_host_blocks_until_its_lease_expires(tmp_path, rele
     assert json.loads((tmp_path / "running.json").read_text())["host"] == socket.gethostname()
 
 
+@pytest.mark.fast
 def test_a_process_id_used_again_is_not_taken_for_the_run(tmp_path, releases):
     lease = run_mlm.OutputDirLease(str(tmp_path))
     lease.claim["process_start"] = "1"  # This process's id, but another process's start: the run has ended.
@@ -175,6 +184,7 @@ def test_a_process_id_used_again_is_not_taken_for_the_run(tmp_path, releases):
     run_mlm.OutputDirLease(str(tmp_path)).hold()
 
 
+@pytest.mark.fast
 def test_the_holder_renews_its_claim_and_releases_only_its_own(tmp_path, releases):
     lease = run_mlm.OutputDirLease(str(tmp_path))
     lease.hold()
@@ -290,7 +300,7 @@ def test_a_full_disk_while_writing_shards_leaves_the_split_incomplete_and_the_sa
     disk = small_disk(64 * 1024)  # The shards of 1,400 lines take about 600 KB.
     monkeypatch.setattr(sys, "argv", prepare_argv(tokenizer_dir, disk / "tfrecords"))
     with pytest.raises(UserError) as error:
-        prepare_tfrecord_shards.main()
+        prepare_tfrecord_shards.main(prepare_tfrecord_shards.parse_args())
     assert str(error.value).startswith(f"no space left to write the shards in '{disk / 'tfrecords'}': the disk is "
                                        "full (No space left on device). Nothing unfinished looks complete")
     assert "run the same command again with --overwrite" in str(error.value)
@@ -300,7 +310,7 @@ def test_a_full_disk_while_writing_shards_leaves_the_split_incomplete_and_the_sa
         run_mlm.find_shards(str(split), MAX_LENGTH)
     small_disk(8 * 2**20)  # Space freed.
     monkeypatch.setattr(sys, "argv", prepare_argv(tokenizer_dir, disk / "tfrecords", "--overwrite"))
-    prepare_tfrecord_shards.main()
+    prepare_tfrecord_shards.main(prepare_tfrecord_shards.parse_args())
     assert json.loads((split / "manifest.json").read_text())["num_samples"] > 0 and not (split / "INCOMPLETE").exists()
 
 
@@ -343,6 +353,7 @@ def test_a_full_disk_while_saving_a_model_leaves_nothing_half_saved(pretrained_m
     assert list(output_dir.iterdir()) == []
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("error,reason", [
     (OSError(28, "No space left on device"), "the disk is full (No space left on device)"),
     (OSError(122, "Disk quota exceeded"), "the disk quota is exceeded (Disk quota exceeded)"),
@@ -373,7 +384,7 @@ def test_a_bucket_quota_error_while_writing_shards_to_gs_is_named(tokenizer_dir,
     output_dir = f"gs://faults/shards-{time.monotonic_ns()}"
     monkeypatch.setattr(sys, "argv", prepare_argv(tokenizer_dir, output_dir))
     with pytest.raises(UserError) as error:
-        prepare_tfrecord_shards.main()
+        prepare_tfrecord_shards.main(prepare_tfrecord_shards.parse_args())
     assert str(error.value).startswith(f"no space left to write the shards in '{output_dir}': the storage quota is "
                                        "exceeded. Nothing unfinished")
     prefix = output_dir[len("gs://faults/"):]
@@ -438,6 +449,7 @@ def test_no_intact_checkpoint_says_to_start_over(run_with_two_checkpoints):
         utils.check_checkpoint(str(checkpoints / "ckpt-20"), str(checkpoints))
 
 
+@pytest.mark.fast
 def test_a_long_line_is_tokenized_in_pieces_into_the_tokens_of_the_whole(tokenizer_dir, monkeypatch):
     tokenizer, _ = utils.load_backend_tokenizer(str(tokenizer_dir))
     lines = [line for line in (WIKITEXT / "train.txt").read_text().splitlines() if line.strip()]
