@@ -774,6 +774,10 @@ def model_config(args, tokenizer):
             config.update_from_string(args.config_overrides)
         except ValueError as err:
             raise UserError(f"bad --config_overrides {args.config_overrides!r}: {err}") from err
+    if config.model_type == "deberta" and config.relative_attention:
+        raise UserError("DeBERTa (v1) with relative_attention=True does not train under XLA, which TPUs always use "
+                        "(TensorFlow's DeBERTa: a gradient in its attention fails to compile). Use deberta-v2 "
+                        "(configs/deberta-v3-base.json), or add relative_attention=False to --config_overrides.")
     if config.model_type not in ARCHITECTURES:
         logger.warning("%s is not among the architectures tested with this pipeline (README, \"Architectures\"): it "
                        "may fail at its first step, and it gets no PyTorch copy.", config.model_type)

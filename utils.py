@@ -938,8 +938,8 @@ def save_pytorch_copy(model, tokenizer, folder):
     tensors = {}
     for weight in model.weights:
         name, transpose = convert_tf_weight_name_to_pt_weight_name(weight.name, tf_weight_shape=weight.shape)
-        if ".pooler." in name and config.architectures[0].endswith("ForMaskedLM"):
-            continue  # MPNet's TensorFlow masked LM holds a pooler that it never uses, PyTorch's none.
+        if ".pooler." in name and config.model_type == "mpnet":
+            continue  # MPNet's TensorFlow models hold a pooler that neither uses; PyTorch's have none.
         value = apply_transpose(transpose, weight.numpy(), pt_to_tf=False)
         if "key_conv_attn_layer." in name and not name.endswith("pointwise.weight"):
             # ConvBERT's separable convolution: PyTorch's keeps these as (channels, 1, kernel) and (channels, 1).

@@ -218,13 +218,15 @@ def test_whole_words_and_spans_are_never_cut_on_real_text(kind, tokenizer_dir):
                             max_predictions=max_predictions)
         chosen, changed = batch["labels"].numpy() != -100, batch["input_ids"].numpy()
         assert chosen.any() and not chosen[words == -1].any()
+        all_masked = []  # For each chosen word of several tokens: did they all become <mask>?
         for row in range(len(words)):
             for word in set(words[row]) - {-1}:
                 in_word = words[row] == word
                 assert chosen[row][in_word].all() or not chosen[row][in_word].any(), (spans, row, word)
-                # 80/10/10 per word: all its tokens become <mask>, or none does.
-                is_mask = changed[row][in_word] == tokenizer.mask_token_id
-                assert is_mask.all() or not is_mask.any() or not chosen[row][in_word].all()
+                if chosen[row][in_word].all() and in_word.sum() > 1:
+                    all_masked.append((changed[row][in_word] == tokenizer.mask_token_id).all())
+        # 80/10/10 per word: 80 % of the words are all <mask> (per token, 0.8 ** tokens of them would be).
+        assert len(all_masked) > 300 and abs(np.mean(all_masked) - 0.8) < 0.06
         if max_predictions:
             assert chosen.sum(axis=1).max() <= max_predictions
             positions = batch["masked_positions"].numpy()
