@@ -18,9 +18,9 @@ import math
 import os
 import re
 
-from prepare_tfrecord_shards import finish_split, load_tokenizer, plan_parts, start_split, write_part
-from utils import (MANIFEST_NAME, Manifest, UserError, batches_of_texts, file_builder, gcs_client, is_gcs_path,
-                   iter_text_file_lines, open_file, split_gcs_path)
+from utils import (MANIFEST_NAME, Manifest, UserError, batches_of_texts, file_builder, finish_split, gcs_client,
+                   is_gcs_path, iter_text_file_lines, load_backend_tokenizer, open_file, plan_parts, split_gcs_path,
+                   start_split, write_part)
 
 logger = logging.getLogger("prepare_tfrecord_shards")
 
@@ -90,7 +90,8 @@ def part_texts(part, text_column):
                 yield from batch.column(0).to_pylist()
 
 
-load_tokenizer_once = functools.cache(load_tokenizer)  # Once per worker process: a Beam worker writes many parts.
+# Once per worker process: a Beam worker writes many parts.
+load_tokenizer_once = functools.cache(load_backend_tokenizer)
 
 
 def write_part_on_beam_worker(numbered_part, split_dir, args):
@@ -132,7 +133,7 @@ def run_beam_pipeline(data_files, args):
                         "--tokenizer_name_or_path and --output_dir must be gs:// paths, got "
                         f"{[path for path in paths if not is_gcs_path(path)]}.")
     # Fail before the pipeline starts: the tokenizer loads, the inputs exist and have one known format.
-    load_tokenizer(args.tokenizer_name_or_path)
+    load_backend_tokenizer(args.tokenizer_name_or_path)
     split_parts = {}
     for split, patterns in data_files.items():
         files = match_files(patterns)

@@ -21,9 +21,7 @@ import os
 import shutil
 import sys
 
-import tensorflow as tf
 import transformers
-from transformers import TFAutoModelForMaskedLM
 
 from utils import (PYTORCH_SUBFOLDER, UserError, check_checkpoint, check_gcs_path, check_output_dir, last_checkpoint,
                    load_config, load_pretrained_model, load_tokenizer, local_copy, save_folder, save_pytorch_copy)
@@ -47,6 +45,8 @@ def parse_args():
 
 
 def main(args):
+    import tensorflow as tf  # Here, not at the top: --help and a bad flag need not wait seconds for it.
+
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     check_gcs_path(args.source)
     check_gcs_path(args.output_dir, write=True)
@@ -89,6 +89,9 @@ def from_model_folder(source):
 def from_last_checkpoint(source):
     """(write, origin) for a run_mlm.py run: the model of its last checkpoint, with the config and tokenizer beside
     it, and a PyTorch copy."""
+    import tensorflow as tf
+    from transformers import TFAutoModelForMaskedLM
+
     # SOURCE is the run's --output_dir, or its checkpoints folder (which holds the index file "checkpoint").
     is_checkpoint_dir = tf.io.gfile.exists(os.path.join(source, "checkpoint"))
     checkpoint_dir = source if is_checkpoint_dir else os.path.join(source, "checkpoints")

@@ -33,26 +33,20 @@ Example:
 
 import argparse
 import itertools
-import json
 import logging
 import multiprocessing
 import os
-import struct
 import sys
 import time
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
-import google_crc32c
-import numpy as np
-from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, SHARD_NAME, TOKEN_COUNTS_NAME, Manifest,
-                   UserError, add_corpus_arguments, check_gcs_path, check_output_dir, data_files_format, delete,
-                   exists, file_size, is_gcs_path, iter_text_file_batches, local_copy, open_file, out_of_space_named,
-                   positive_int, rename, text_batches, vocabulary_fingerprint)
-from utils import load_tokenizer as load_auto_tokenizer
+from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, UserError, add_corpus_arguments,
+                   check_gcs_path, check_output_dir, data_files_format, file_size, finish_split,
+                   iter_text_file_batches, load_backend_tokenizer, out_of_space_named, plan_parts, positive_int,
+                   start_split, text_batches, write_part)
 
 logger = logging.getLogger("prepare_tfrecord_shards")
 
@@ -152,7 +146,7 @@ def main(args):
 
 def write_splits_here(data_files, args):
     """Writes every split with this machine's processes; returns the manifests."""
-    tokenizer, vocab_size = load_tokenizer(args.tokenizer_name_or_path)
+    tokenizer, vocab_size = load_backend_tokenizer(args.tokenizer_name_or_path)
     splits = text_batches(data_files=data_files, dataset_name=args.dataset_name, dataset_config=args.dataset_config,
                           splits=args.split, trust_remote_code=args.trust_remote_code, text_column=args.text_column,
                           batch_size=args.batch_size, limit=args.limit)
@@ -190,284 +184,6 @@ def write_split(split, batches, text_files, tokenizer, vocab_size, args):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Tokenizing
-
-
-def load_tokenizer(name_or_path):
-    """The 🤗 Tokenizers tokenizer that AutoTokenizer.from_pretrained(name_or_path) wraps, and its vocabulary size
-    (added tokens included). A folder of train_unigram.py holds a plain PreTrainedTokenizerFast, which wraps its
-    tokenizer.json as it is: loaded directly, it gives the same tokens without importing 🤗 Transformers. Anything
-    else (a Hub id, a class that may adjust its tokenizer when it loads) goes through AutoTokenizer."""
-    local_path = local_copy(name_or_path)
-    tokenizer_file, config_file = (os.path.join(local_path, name) for name in ("tokenizer.json",
-                                                                               "tokenizer_config.json"))
-    if os.path.isfile(tokenizer_file) and os.path.isfile(config_file):
-        with open(config_file, encoding="utf-8") as f:
-            config = json.load(f)
-        # The settings with which PreTrainedTokenizerFast would change the tokenizer it loads.
-        if config.get("tokenizer_class") == "PreTrainedTokenizerFast" and not any(
-                config.get(setting) for setting in ("split_special_tokens", "add_prefix_space")):
-            tokenizer = Tokenizer.from_file(tokenizer_file)
-            return tokenizer, tokenizer.get_vocab_size(with_added_tokens=True)
-    tokenizer = load_auto_tokenizer(name_or_path, "--tokenizer_name_or_path")
-    if not tokenizer.is_fast:
-        raise UserError(f"{name_or_path!r} has no fast (🤗 Tokenizers) version; train one with "
-                        "train_unigram.py.")
-    return tokenizer.backend_tokenizer, len(tokenizer)
-
-
-# Texts longer than this many characters are tokenized in pieces (see long_text_ids): the encodings of one text
-# take some 100 bytes per character, 1.2 GB for a line of 10 MB, where a piece's take a few MB.
-MAX_PIECE_CHARS = 16 * 1024
-PIECES_PER_CALL = 16  # Tokenized together, on all cores: a few MB of text, as a batch of ordinary lines.
-
-
-def tokenize(tokenizer, texts):
-    """The token ids of a batch of texts, concatenated, tokenized on all cores inside 🤗 Tokenizers (without the
-    character offsets of encode_batch, which nothing here uses). Long texts go in pieces: memory is bounded by the
-    batch, not by the longest line."""
-    ids, short = [], []  # The ids of the texts so far; the short texts since the last long one.
-    for text in texts:
-        if len(text) > MAX_PIECE_CHARS:
-            ids += [encode(tokenizer, short), *long_text_ids(tokenizer, text)]
-            short = []
-        else:
-            short.append(text)
-    return np.concatenate([*ids, encode(tokenizer, short)]) if ids else encode(tokenizer, short)
-
-
-def encode(tokenizer, texts, add_special_tokens=True):
-    encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=add_special_tokens)
-    return np.fromiter(itertools.chain.from_iterable(encoding.ids for encoding in encodings), np.int64)
-
-
-def long_text_ids(tokenizer, text):
-    """The token ids of a long text, in arrays, tokenized in pieces of about MAX_PIECE_CHARS characters, each cut just before
-    a space: a piece then begins as a word does after a space, and the pieces give the tokens of the whole text
-    (tests/test_faults.py checks it); a text with no space for MAX_PIECE_CHARS characters is cut there, which may
-    split a word's tokens. The special tokens the tokenizer adds around a text (<s> and </s>) go around the whole."""
-    word = tokenizer.encode("a", add_special_tokens=False).ids
-    wrapped = tokenizer.encode("a").ids
-    start = next(i for i in range(len(wrapped)) if wrapped[i:i + len(word)] == word)
-    prefix, suffix = wrapped[:start], wrapped[start + len(word):]
-    cuts = [0]
-    while len(text) - cuts[-1] > MAX_PIECE_CHARS:
-        space = text.rfind(" ", cuts[-1] + 1, cuts[-1] + MAX_PIECE_CHARS)
-        cuts.append(space if space > 0 else cuts[-1] + MAX_PIECE_CHARS)
-    cuts.append(len(text))
-    pieces = zip(cuts, cuts[1:])  # (begin, end) of each: a piece's text is copied out only when it is tokenized.
-    ids = [np.array(prefix, np.int64)]
-    while group := list(itertools.islice(pieces, PIECES_PER_CALL)):
-        ids.append(encode(tokenizer, [text[begin:end] for begin, end in group], add_special_tokens=False))
-    return [*ids, np.array(suffix, np.int64)]
-
-
-def in_background(items):
-    """The items of the iterator `items`, each computed in a thread while the caller works on the one before: 🤗
-    Tokenizers releases Python's lock while it encodes. An error raised by `items` is raised here."""
-    with ThreadPoolExecutor(1) as thread:
-        future = thread.submit(next, items, None)
-        while (item := future.result()) is not None:
-            future = thread.submit(next, items, None)
-            yield item
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The records, serialized without TensorFlow: the bytes that tf.io.TFRecordWriter writes for
-# tf.train.Example(...).SerializeToString(deterministic=True), in a third of the time (benchmarks/README.md).
-#
-# Protobuf (https://protobuf.dev/programming-guides/encoding/): every field here is a tag, (field number << 3) | 2,
-# then the length of its value as a varint, then the value; a varint is 7 bits per byte, lowest first, the top bit
-# set on every byte but the last. The messages (tensorflow/core/example/example.proto and feature.proto):
-#
-#   Example   { Features features = 1; }
-#   Features  { map<string, Feature> feature = 1; }   each entry { string key = 1; Feature value = 2; }, in key order
-#   Feature   { Int64List int64_list = 3; ... }
-#   Int64List { repeated int64 value = 1 [packed = true]; }   one field holding the varints
-#
-# TFRecord framing (tensorflow/core/lib/io/record_writer.cc), per record: uint64 length, little-endian; uint32
-# masked_crc32c of those 8 bytes; the data; uint32 masked_crc32c of the data.
-
-
-def varint(value):
-    """The protobuf varint of a non-negative Python int."""
-    encoded = bytearray()
-    while value >= 0x80:
-        encoded.append(value & 0x7F | 0x80)
-        value >>= 7
-    encoded.append(value)
-    return bytes(encoded)
-
-
-def field_header(field_number, size):
-    """Tag and length of a length-delimited protobuf field whose value takes `size` bytes."""
-    return varint(field_number << 3 | 2) + varint(size)
-
-
-def int64_feature_entry_prefix(name, values_size):
-    """What precedes the packed varints (`values_size` bytes) of the int64 feature `name` in a Features message."""
-    int64_list = field_header(1, values_size)  # Int64List.value
-    feature = field_header(3, len(int64_list) + values_size)  # Feature.int64_list
-    key = field_header(1, len(name.encode())) + name.encode()  # The map entry's key...
-    value = field_header(2, len(feature) + len(int64_list) + values_size)  # ...and value.
-    return field_header(1, len(key) + len(value) + len(feature) + len(int64_list) + values_size) + key + value \
-        + feature + int64_list
-
-
-def packed_varints(rows):
-    """The varints of each row of a 2-D integer array, concatenated, and how many bytes each row takes: every value
-    split into 7-bit groups at once, keeping the groups it needs, each with its continuation bit."""
-    values = np.asarray(rows, np.int64).view(np.uint64)  # A negative int64 is encoded as its two's complement.
-    width = len(varint(int(values.max())))
-    sizes = np.ones(values.shape, np.int64)
-    for group in range(1, width):
-        sizes += values >= np.uint64(1 << 7 * group)
-    groups = (values[..., np.newaxis] >> np.arange(width, dtype=np.uint64) * np.uint64(7) & np.uint64(0x7F))
-    groups = groups.astype(np.uint8)
-    positions = np.arange(width)
-    groups |= (positions < sizes[..., np.newaxis] - 1).astype(np.uint8) << 7  # Continuation bits.
-    return groups[positions < sizes[..., np.newaxis]].tobytes(), sizes.sum(axis=1)
-
-
-def masked_crc32c(data):
-    crc = google_crc32c.value(data)
-    return ((crc >> 15 | crc << 17) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-class RecordSerializer:
-    """Turns samples of token ids into TFRecord-framed tf.train.Example records, as bytes ready to be written: the
-    varints of a batch at once with numpy; the bytes around them depend only on their size, computed once each."""
-
-    def __init__(self, max_length):
-        self.attention_mask_entry = int64_feature_entry_prefix("attention_mask", max_length) + b"\x01" * max_length
-        self.prefixes = {}  # Size of a sample's input_ids varints -> the bytes of its record before them.
-        self.length_headers = {}  # Size of a record -> its TFRecord length field and that field's CRC.
-
-    def __call__(self, samples):
-        values, sizes = packed_varints(samples)
-        records, start = [], 0
-        for end in np.cumsum(sizes).tolist():
-            record = self.prefix(end - start) + values[start:end]
-            records += [self.length_header(len(record)), record, struct.pack("<I", masked_crc32c(record))]
-            start = end
-        return b"".join(records)
-
-    def prefix(self, values_size):
-        if values_size not in self.prefixes:  # Entries in key order: "attention_mask" before "input_ids".
-            input_ids_entry = int64_feature_entry_prefix("input_ids", values_size)
-            features_size = len(self.attention_mask_entry) + len(input_ids_entry) + values_size
-            self.prefixes[values_size] = field_header(1, features_size) + self.attention_mask_entry + input_ids_entry
-        return self.prefixes[values_size]
-
-    def length_header(self, size):
-        if size not in self.length_headers:
-            length = struct.pack("<Q", size)
-            self.length_headers[size] = length + struct.pack("<I", masked_crc32c(length))
-        return self.length_headers[size]
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Writing a split, part by part
-
-
-class ShardWriter:
-    """Writes the samples of one part of a split to shards of `shard_size` samples as they come, each under a
-    temporary name, part-{part}-{i}.tfrecord.tmp: finish_split names them once every part is written."""
-
-    CHUNK_SIZE = 1024  # Samples serialized at a time: bounds the serializer's memory whatever the batch size.
-
-    def __init__(self, split_dir, shard_size, max_length, part):
-        self.split_dir, self.shard_size, self.part = split_dir, shard_size, part
-        self.serialize = RecordSerializer(max_length)
-        self.file, self.num_in_file, self.bytes_in_file = None, 0, 0  # The open shard.
-        self.shards = []  # {"file", "num_samples", "num_bytes"} of every complete shard, in order.
-
-    def add(self, samples):
-        while len(samples):
-            if self.file is None:
-                self.file = open_file(os.path.join(self.split_dir, f"part-{self.part}-{len(self.shards)}.tfrecord.tmp"),
-                                      "wb")
-            count = min(len(samples), self.shard_size - self.num_in_file, self.CHUNK_SIZE)
-            records = self.serialize(samples[:count])
-            self.file.write(records)
-            self.num_in_file, self.bytes_in_file, samples = (self.num_in_file + count,
-                                                             self.bytes_in_file + len(records), samples[count:])
-            if self.num_in_file == self.shard_size:
-                self.close()
-
-    def close(self):
-        if self.file is not None:
-            self.file.close()
-            self.shards.append({"file": f"part-{self.part}-{len(self.shards)}.tfrecord.tmp",
-                                "num_samples": self.num_in_file, "num_bytes": self.bytes_in_file})
-            self.file, self.num_in_file, self.bytes_in_file = None, 0, 0
-
-
-def write_part(part, batches, tokenizer, vocab_size, split_dir, args, progress):
-    """Writes part number `part` of a split: tokenizes its `batches` of texts, concatenates the tokens, cuts them
-    every max_length tokens, writes the samples (see ShardWriter) and drops the tokens left at the end. Calls
-    progress(texts, samples) after each batch. Returns what finish_split needs."""
-    writer = ShardWriter(split_dir, args.shard_size, args.max_length, part)
-    leftover = np.zeros(0, dtype=np.int64)  # Tokens that do not fill a sample yet: they begin the next one.
-    token_counts = np.zeros(vocab_size, dtype=np.int64)  # Of the tokens written, for run_mlm.py's baseline.
-    num_texts = 0
-    for batch_texts, tokens in in_background((len(texts), tokenize(tokenizer, texts)) for texts in batches):
-        stream = np.concatenate([leftover, tokens])
-        num_samples = len(stream) // args.max_length
-        samples, leftover = np.split(stream, [num_samples * args.max_length])
-        writer.add(samples.reshape(num_samples, args.max_length))
-        token_counts += np.bincount(samples, minlength=vocab_size)
-        num_texts += batch_texts
-        progress(batch_texts, num_samples)
-    writer.close()
-    return {"shards": writer.shards, "num_texts": num_texts, "dropped_tokens": len(leftover),
-            "token_counts": token_counts}
-
-
-def start_split(split_dir):
-    """Makes `split_dir` an empty folder (with --overwrite, the split's old shards go) that says it is being
-    written: INCOMPLETE, until finish_split."""
-    delete(split_dir)
-    if not is_gcs_path(split_dir):  # Cloud Storage has no folders: a name's prefix is one.
-        os.makedirs(split_dir)
-    with open_file(os.path.join(split_dir, INCOMPLETE_MARKER_NAME), "w") as f:
-        f.write("prepare_tfrecord_shards.py has not finished writing this split: if it is not running, it was "
-                "interrupted, and these shards are not the whole split. Run it again (with --overwrite).\n")
-
-
-def finish_split(split, split_dir, parts, token_counts, tokenizer, vocab_size, args):
-    """Publishes a split once all its `parts` (what write_part returned, in the order of the text) are written:
-    names their shards dataset-{index}-{num_samples}.tfrecord, numbered across the parts, writes `token_counts` and
-    the manifest, and only then deletes INCOMPLETE. Run again after an interruption (Beam retries a failed step), it
-    skips the shards renamed before. Returns the manifest."""
-    num_samples = sum(shard["num_samples"] for part in parts for shard in part["shards"])
-    num_texts, dropped_tokens = (sum(part[name] for part in parts) for name in ("num_texts", "dropped_tokens"))
-    if num_samples == 0:
-        raise UserError(f"the {split} split gave no sample of {args.max_length} tokens ({num_texts} "
-                        f"non-empty texts, {dropped_tokens} tokens). Give it more text, or lower --max_length.")
-    shards = []
-    for shard in (shard for part in parts for shard in part["shards"]):
-        name = SHARD_NAME.format(index=len(shards), num_samples=shard["num_samples"])
-        temporary, final = (os.path.join(split_dir, file) for file in (shard["file"], name))
-        if exists(temporary) or not exists(final):  # A shard missing under both names is an error.
-            rename(temporary, final)
-        shards.append({**shard, "file": name})
-    manifest = Manifest(split=split, max_length=args.max_length, num_samples=num_samples,
-                        num_tokens=num_samples * args.max_length, dropped_tokens=dropped_tokens,
-                        num_parts=len(parts), num_texts=num_texts, tokenizer=args.tokenizer_name_or_path,
-                        vocab_size=vocab_size, vocabulary_fingerprint=vocabulary_fingerprint(tokenizer),
-                        shards=shards)
-    with open_file(os.path.join(split_dir, TOKEN_COUNTS_NAME), "w") as f:
-        json.dump(token_counts.tolist(), f)
-    manifest_path = os.path.join(split_dir, MANIFEST_NAME)  # Last: a split with a manifest is complete.
-    with open_file(manifest_path + ".tmp", "w") as f:
-        f.write(manifest.to_json())
-    rename(manifest_path + ".tmp", manifest_path)
-    delete(os.path.join(split_dir, INCOMPLETE_MARKER_NAME))
-    return manifest
-
-
-# ----------------------------------------------------------------------------------------------------------------
 # Worker processes: a split of text files cut into contiguous parts, each written by a process of its own. However
 # many cores tokenize for it, one process is held back by its one Python thread, which serializes and writes under
 # Python's global lock (benchmarks/README.md); processes have a lock each.
@@ -476,19 +192,6 @@ def finish_split(split, split_dir, parts, token_counts, tokenizer, vocab_size, a
 def available_cores():
     """Cores this process may run on: its CPU affinity (set by taskset, or a container's cpuset)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-
-
-def plan_parts(paths, sizes, num_parts):
-    """Cuts text files (`sizes` bytes each), one after the other, into `num_parts` contiguous parts of equal size
-    (or one per byte, for fewer bytes), each a list of (path, start, end) byte ranges. The cuts fall anywhere:
-    reading a byte range gives the lines that begin in it (utils.iter_text_file_lines), so the parts, read in
-    order, give every line once, whole, in order."""
-    file_starts = list(itertools.accumulate(sizes, initial=0))  # Where each file starts in the concatenation.
-    total = file_starts.pop()
-    cuts = sorted({total * k // num_parts for k in range(num_parts + 1)})
-    return [[(path, max(start, first) - first, min(end, first + size) - first)
-             for path, first, size in zip(paths, file_starts, sizes) if max(start, first) < min(end, first + size)]
-            for start, end in zip(cuts, cuts[1:])]
 
 
 def write_parts_in_processes(split, parts, tokenizer, vocab_size, split_dir, args):

@@ -443,7 +443,8 @@ class ClassifierTrainer(keras.Model):
     def _compute_gradients(self, features, label_ids, weights):
         with tf.GradientTape() as tape:
             sums = self._weighted_sums(features, label_ids, weights, training=True)
-        gradients = tape.gradient(sums[0], self.classifier.trainable_variables)
+        # Zeros for the weights the loss does not reach (MPNet's pooler).
+        gradients = tape.gradient(sums[0], self.classifier.trainable_variables, unconnected_gradients="zero")
         return [tf.convert_to_tensor(gradient) for gradient in gradients], sums
 
     def train_step(self, batch):

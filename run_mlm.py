@@ -5,7 +5,7 @@ The model is a 🤗 Transformers TF…ForMaskedLM (RoBERTa by default) built fro
 one that exists, which continues pre-training with its own weights and LM head, on the shards of its tokenizer. It
 trains with Keras `model.fit` under a tf.distribute strategy: TPUStrategy on a TPU VM (its chips are
 found in sysfs) or a TPU Node or pod slice (--tpu_name); MultiWorkerMirroredStrategy when TF_CONFIG describes a
-cluster; MirroredStrategy over several GPUs (or --num_cpu_replicas CPU devices); OneDeviceStrategy on one.
+cluster; MirroredStrategy over several GPUs (or --num_cpu_replicas CPU devices); TensorFlow's default on one.
 
 Everything that runs per batch obeys XLA, the compiler behind TPUs: no Python `if` on tensor values, no shape that
 depends on values, one input shape. So batches always hold as many samples of exactly max_length tokens, and the
@@ -49,12 +49,13 @@ import tensorflow as tf
 import tf_keras as keras
 from transformers import TFAutoModelForMaskedLM, create_optimizer
 
-from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, SHARD_NAME_PATTERN, TOKEN_COUNTS_NAME,
-                   Manifest, UserError, add_hardware_arguments, check_checkpoint, check_max_length,
+from utils import (ARCHITECTURES, INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, SHARD_NAME_PATTERN,
+                   TOKEN_COUNTS_NAME, Manifest, UserError, add_hardware_arguments, check_checkpoint, check_max_length,
                    check_output_dir, count_hosts, delete, fraction, gcs_blob, host_addresses, is_gcs_path,
-                   last_checkpoint, load_config, load_pretrained_model, load_tokenizer, local_copy, non_negative_float,
-                   non_negative_int, out_of_space_named, positive_float, positive_int, probability, save_folder,
-                   save_pytorch_copy, set_up_training, strategy_name, vocabulary_fingerprint, write_model_card)
+                   last_checkpoint, load_config, load_pretrained_model, load_tokenizer, local_copy, local_tpu_chips,
+                   non_negative_float, non_negative_int, out_of_space_named, positive_float, positive_int, probability,
+                   save_folder, save_pytorch_copy, set_up_training, strategy_name, vocabulary_fingerprint,
+                   write_model_card)
 
 logger = logging.getLogger("run_mlm")
 
@@ -77,6 +78,9 @@ def parse_args():
                            "(default: %(default)s).")
     data.add_argument("--mlm_probability", type=probability, default=0.15,
                       help="Fraction of the non-special tokens to mask (default: %(default)s).")
+    data.add_argument("--masking", choices=["token", "whole_word", "span"], default="token",
+                      help="What is masked at once: a token, a whole word (all its tokens), or SpanBERT's spans of "
+                           "whole words (default: %(default)s).")
     data.add_argument("--max_predictions_per_seq", type=non_negative_int,
                       help="Masked positions per sequence at most, where the LM head computes logits (0: at every "
                            "position). Default: the expected number plus a margin, 32 for 0.15 x 128.")
@@ -114,7 +118,8 @@ def parse_args():
                           help="AdamW's decoupled weight decay, never on LayerNorm weights and biases "
                                "(default: %(default)s).")
     warmup = training.add_mutually_exclusive_group()
-    warmup.add_argument("--warmup_steps", type=non_negative_int, help="Steps of linear warmup before the linear decay to 0.")
+    warmup.add_argument("--warmup_steps", type=non_negative_int,
+                        help="Steps of linear warmup before the linear decay to 0.")
     warmup.add_argument("--warmup_ratio", type=fraction, default=0.05,
                         help="Warmup as a fraction of all steps (default: %(default)s).")
     length = training.add_mutually_exclusive_group()
@@ -125,6 +130,9 @@ def parse_args():
                           help="Steps per round; each ends with an evaluation (default: an epoch).")
     training.add_argument("--checkpoint_every_steps", type=positive_int, default=1000,
                           help="Steps between checkpoints to resume from (default: %(default)s).")
+    training.add_argument("--input_check_seconds", type=non_negative_float, default=3.0,
+                          help="Before training, time one host's input pipeline alone for this long, to compare "
+                               "with what training takes from it (0: skip) (default: %(default)s).")
     training.add_argument("--seed", type=int, default=42,
                           help="Seed of the weights, the data order and the masks (default: %(default)s).")
 
@@ -143,7 +151,7 @@ def parse_args():
                      f"{MIN_MAX_LENGTH}, with prepare_tfrecord_shards.py.")
     args.tokenizer = args.tokenizer or args.model_name_or_path or "unigram-tokenizer"
     if args.max_predictions_per_seq is None:  # After the types checked --mlm_probability: a rate in (0, 1).
-        args.max_predictions_per_seq = default_max_predictions(args.mlm_probability, args.max_length)
+        args.max_predictions_per_seq = default_max_predictions(args.mlm_probability, args.max_length, args.masking)
     if args.max_predictions_per_seq > args.max_length:
         parser.error(f"--max_predictions_per_seq must be from 0 to --max_length ({args.max_length}), got "
                      f"{args.max_predictions_per_seq}.")
@@ -183,7 +191,11 @@ def main(args):
         trainer, learning_rate = build_trainer(args, config, tokenizer, plan, jit_compile, train_files)
         checkpoints = restore_last_checkpoint(args, trainer, is_chief)
     start_step = int(trainer.optimizer.iterations.numpy())
-    logger.info("Model: %s with %.1fM parameters", config.model_type, trainer.mlm.count_params() / 1e6)
+    throughput = Throughput.of(args, config, plan, strategy, on_tpu)
+    logger.info("Model: %s with %.1fM parameters, %.4g MFLOP per token to train (LM head at %s); %s",
+                config.model_type, trainer.mlm.count_params() / 1e6, throughput.flops_per_token / 1e6,
+                f"{args.max_predictions_per_seq} of {args.max_length} positions" if args.max_predictions_per_seq
+                else "every position", throughput.describe_peak())
     if start_step == 0:
         results.clear()  # Nothing of an earlier run that left no checkpoint.
     results.record(global_batch_size=plan.global_batch_size, per_replica_batch_size=args.per_replica_batch_size,
@@ -194,15 +206,17 @@ def main(args):
     # Train in rounds, each ending with an evaluation, checkpointing as it goes.
     training_data, eval_data = distributed_datasets(args, strategy, plan, tokenizer, train_files, eval_files)
     round_end = RoundEnd(results, os.path.join(args.output_dir if is_chief else checkpoints.directory, "logs"),
-                         learning_rate)
+                         learning_rate, throughput)
     stopper = CheckpointAndStop(checkpoints, args.checkpoint_every_steps, strategy, start_step, is_chief)
     with damaged_shards_named(train_files + eval_files):
+        if args.input_check_seconds:
+            check_input_pipeline(args, plan, tokenizer, train_files, throughput, results)
         if start_step == 0 and eval_files:
             metrics = trainer.evaluate(eval_data, steps=plan.eval_steps, return_dict=True, verbose=0)
             logger.info("Evaluation before training: %s", format_metrics(metrics))
             round_end.write_tensorboard("eval", metrics, step=0)
             results.record(step_0_eval=metrics)
-        train(trainer, training_data, eval_data, plan, start_step, callbacks=[stopper, round_end])
+        train(trainer, training_data, eval_data, plan, start_step, stopper, round_end)
     stopper.finish(int(trainer.optimizer.iterations.numpy()))  # Exits after a stop signal or a NaN loss.
 
     logger.info("Weights fingerprint: %s", weights_fingerprint(trainer.mlm))  # The same on every host.
@@ -227,7 +241,7 @@ def log_plan(args, strategy, plan, on_tpu, jit_compile, train_files, eval_files)
                 else "every position")
 
 
-def train(trainer, training_data, eval_data, plan, start_step, callbacks):
+def train(trainer, training_data, eval_data, plan, start_step, stopper, round_end):
     """Trains from `start_step` to plan.total_steps, in the model.fit calls of fit_calls. Each call's data is
     seeded by its first step: a resumed run does not replay the data and masks that the interrupted one began with."""
     start_time = time.perf_counter()
@@ -237,14 +251,15 @@ def train(trainer, training_data, eval_data, plan, start_step, callbacks):
         first_round = first // plan.eval_every  # Keras' epochs are the run's rounds, in its progress lines too.
         trainer.fit(training_data(first), steps_per_epoch=round_steps, initial_epoch=first_round,
                     epochs=first_round + num_rounds, validation_data=eval_data, validation_steps=plan.eval_steps,
-                    callbacks=callbacks, verbose=1 if sys.stdout.isatty() else 2)
+                    callbacks=[stopper, round_end], verbose=1 if sys.stdout.isatty() else 2)
         if trainer.stop_training:
             return
     steps = int(trainer.optimizer.iterations.numpy()) - start_step
     if steps:
-        seconds = time.perf_counter() - start_time
-        logger.info("Trained %d steps in %.0f s (%.1f samples/s)", steps, seconds,
-                    steps * plan.global_batch_size / seconds)
+        end = time.perf_counter()
+        logger.info("Trained %d steps in %.0f s (%.1f samples/s); model.fit returned %.1f s after the last round's "
+                    "line", steps, end - start_time, steps * plan.global_batch_size / (end - start_time),
+                    end - round_end.ended_at)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -252,43 +267,136 @@ def train(trainer, training_data, eval_data, plan, start_step, callbacks):
 # and 🤗 Transformers: lift it into your own code as it is.
 
 
-def default_max_predictions(mlm_probability, max_length):
+def default_max_predictions(mlm_probability, max_length, masking="token"):
     """Positions per sequence the LM head computes logits at: the expected number of masks plus three standard
-    deviations, rounded up to a multiple of 8 (a friendly shape for TPUs): the cap almost never bites."""
+    deviations, rounded up to a multiple of 8 (a friendly shape for TPUs): the cap almost never bites. Spans of
+    several words vary more from sequence to sequence: twice that margin."""
     mean = mlm_probability * max_length
-    spread = 3 * math.sqrt(max_length * mlm_probability * (1 - mlm_probability))
+    spread = (2 if masking == "span" else 1) * 3 * math.sqrt(max_length * mlm_probability * (1 - mlm_probability))
     return min(max_length, 8 * math.ceil((mean + spread) / 8))
 
 
 def mask_tokens(input_ids, seed, *, mask_token_id, special_token_ids, vocab_size, mlm_probability,
-                max_predictions=0):
+                max_predictions=0, word_starts=None, spans=False):
     """Masks a batch of token ids [batch, length]: a dict of "input_ids", "labels" (and "masked_positions").
 
     Each token that is not special is chosen with probability `mlm_probability`; of those, 80 % become
     `mask_token_id`, 10 % a random token, 10 % stay. "labels" hold the original id where chosen, -100 elsewhere.
-    With `max_predictions` K > 0, at most K positions per sequence are chosen (the lowest draws), and
-    "masked_positions" [batch, K] lists them, padded with unchosen ones: the LM head needs logits there only.
-    Stateless random ops make the result a function of `seed` (two integers), and every shape is static: safe in
-    tf.data and under XLA.
+    With `word_starts` (word_start_table), whole words are chosen instead (choose_words), and with `spans`,
+    SpanBERT's spans of words. With `max_predictions` K > 0, at most K positions per sequence are chosen (the
+    lowest draws; whole words), and "masked_positions" [batch, K] lists them, padded with unchosen ones: the LM head
+    needs logits there only. Stateless random ops make the result a function of `seed` (two integers), and every
+    shape is static: safe in tf.data and under XLA.
     """
     mask_seed, replace_seed, random_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
     shape = tf.shape(input_ids)
     is_special = tf.reduce_any(input_ids[..., tf.newaxis] == special_token_ids, axis=-1)
-    draw = tf.random.stateless_uniform(shape, mask_seed)
-    chosen = ~is_special & (draw < mlm_probability)
     batch = {}
-    if max_predictions:
-        # Rank positions by their draw, chosen ones first, and keep the first K: top_k has a static shape.
-        scores = tf.where(chosen, draw, 2.0)
-        lowest = tf.math.top_k(-scores, k=max_predictions)
-        chosen &= scores <= -lowest.values[:, -1:]
-        batch["masked_positions"] = lowest.indices
-    replace_draw = tf.random.stateless_uniform(shape, replace_seed)
+    if word_starts is not None:
+        chosen, replace_draw = choose_words(input_ids, is_special, word_starts, mask_seed, replace_seed,
+                                            mlm_probability, max_predictions, spans)
+        if max_predictions:  # The chosen positions first (top_k keeps the lower index among equals).
+            batch["masked_positions"] = tf.math.top_k(tf.cast(chosen, tf.float32), k=max_predictions).indices
+    else:
+        draw = tf.random.stateless_uniform(shape, mask_seed)
+        chosen = ~is_special & (draw < mlm_probability)
+        if max_predictions:
+            # Rank positions by their draw, chosen ones first, and keep the first K: top_k has a static shape.
+            scores = tf.where(chosen, draw, 2.0)
+            lowest = tf.math.top_k(-scores, k=max_predictions)
+            chosen &= scores <= -lowest.values[:, -1:]
+            batch["masked_positions"] = lowest.indices
+        replace_draw = tf.random.stateless_uniform(shape, replace_seed)
     random_ids = tf.random.stateless_uniform(shape, random_seed, maxval=vocab_size, dtype=input_ids.dtype)
     masked_ids = tf.where(chosen & (replace_draw < 0.8), tf.cast(mask_token_id, input_ids.dtype), input_ids)
     batch["input_ids"] = tf.where(chosen & (replace_draw >= 0.8) & (replace_draw < 0.9), random_ids, masked_ids)
     batch["labels"] = tf.where(chosen, input_ids, tf.constant(-100, input_ids.dtype))
     return batch
+
+
+MAX_SPAN_WORDS = 10  # SpanBERT's clip of its span lengths (in words), drawn from Geometric(0.2).
+
+
+def choose_words(input_ids, is_special, word_starts, mask_seed, replace_seed, mlm_probability, max_predictions,
+                 spans):
+    """(chosen, replace_draw) of mask_tokens, [batch, length] each, for whole words: a token starts a word where
+    `word_starts` says so, at a sample's start, and after a special token that starts a word (each such special
+    is a word of its own, never chosen; <unk>, for unknown characters, stays inside its word). Every draw is made per word slot (a row has at most `length` words) and spread over the
+    word's tokens, so a word is chosen, and replaced 80/10/10, as a whole; each word with probability
+    `mlm_probability`, which is thus also the expected share of tokens.
+
+    With `spans`, words are chosen in SpanBERT's spans: a span of Geometric(0.2) words, clipped at
+    MAX_SPAN_WORDS, starts at each word slot with the probability span_start_probability(); a word is chosen when
+    a span covers it (spans that overlap merge, as SpanBERT's, drawn one after the other, do not). Slots before the
+    row count too, so that every word is covered with `mlm_probability`. The draws of the span's first word serve
+    the whole span. With `max_predictions` K, words are kept in the order of their draws while their tokens fit
+    in K, a word never cut."""
+    length = input_ids.shape[1]
+    starts = tf.gather(tf.constant(word_starts), input_ids)
+    starts |= tf.pad((is_special & starts)[:, :-1], [[0, 0], [1, 0]], constant_values=True)  # After <s>, </s>.
+    word = tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1  # Each token's word slot.
+    slots = MAX_SPAN_WORDS - 1 + length if spans else length  # Spans may start before the row.
+    draws = tf.random.stateless_uniform([tf.shape(input_ids)[0], slots, 2], mask_seed)
+    draw, replace = draws[..., 0], tf.random.stateless_uniform(tf.shape(draws)[:2], replace_seed)
+    if spans:
+        begins = draw < span_start_probability(mlm_probability)
+        # Geometric(0.2) lengths from the second draw, by inversion: P(length > n) = 0.8 ** n.
+        lengths = tf.minimum(1 + tf.floor(tf.math.log(1.0 - draws[..., 1]) / math.log(0.8)), MAX_SPAN_WORDS)
+        score = tf.fill([tf.shape(input_ids)[0], length], 2.0)
+        span_replace = tf.zeros_like(score)
+        for back in range(MAX_SPAN_WORDS):  # Slot w is covered by a span begun `back` slots earlier.
+            first = MAX_SPAN_WORDS - 1 - back
+            covers = begins[:, first:first + length] & (lengths[:, first:first + length] > back)
+            better = covers & (draw[:, first:first + length] < score)
+            score = tf.where(better, draw[:, first:first + length], score)
+            span_replace = tf.where(better, replace[:, first:first + length], span_replace)
+        draw, replace, chosen_word = score, span_replace, score < 2.0
+    else:
+        chosen_word = draw < mlm_probability
+    chosen = ~is_special & tf.gather(chosen_word, word, batch_dims=1)
+    if max_predictions:
+        # Chosen tokens per word slot, the slots in the order of their draws, and the words that fit in K.
+        rows = tf.range(tf.shape(word)[0])[:, tf.newaxis] * length
+        sizes = tf.reshape(tf.math.unsorted_segment_sum(tf.cast(chosen, tf.int32), word + rows,
+                                                        tf.size(word)), tf.shape(word))
+        order = tf.argsort(tf.where(sizes > 0, draw, 2.0), axis=1, stable=True)
+        fits = tf.cumsum(tf.gather(sizes, order, batch_dims=1), axis=1) <= max_predictions
+        kept = tf.gather(fits, tf.argsort(order, axis=1), batch_dims=1)
+        chosen &= tf.gather(kept, word, batch_dims=1)
+    return chosen, tf.gather(replace, word, batch_dims=1)
+
+
+def span_start_probability(mlm_probability):
+    """The probability q that a span begins at a word slot, such that a slot is covered with `mlm_probability`:
+    1 - prod over n < MAX_SPAN_WORDS of (1 - q P(length > n)) = mlm_probability, solved by bisection."""
+    survival = 0.8 ** np.arange(MAX_SPAN_WORDS)
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if 1 - np.prod(1 - middle * survival) < mlm_probability else (low, middle)
+    return (low + high) / 2
+
+
+def word_start_table(tokenizer):
+    """[vocabulary] booleans, True for the tokens that begin a word, read once from the tokenizer's pieces: for
+    SentencePiece-style tokenizers (Metaspace, this pipeline's Unigram), those beginning with "▁"; for
+    WordPiece (BERT's), those not beginning with "##"; for byte-level BPE (GPT-2, RoBERTa), "Ġ". Specials begin
+    a word, but <unk>, which stands for characters inside one. Raises UserError for a tokenizer whose pieces do not show where words begin."""
+    backend = json.loads(tokenizer.backend_tokenizer.to_str()) if tokenizer.is_fast else {}
+    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    layout = json.dumps([backend.get("pre_tokenizer"), backend.get("decoder")])
+    if backend.get("model", {}).get("type") == "WordPiece":
+        prefix = backend["model"]["continuing_subword_prefix"]
+        table = np.array([not piece.startswith(prefix) for piece in pieces])
+    elif '"Metaspace"' in layout or '"ByteLevel"' in layout:
+        marker = "▁" if '"Metaspace"' in layout else "Ġ"
+        table = np.array([piece.startswith(marker) for piece in pieces])
+    else:
+        raise UserError("--masking whole_word and span need a tokenizer whose pieces show where words begin "
+                        "(SentencePiece's ▁, WordPiece's ##, or byte-level BPE's Ġ), but this one's show "
+                        "none. Use --masking token, or a tokenizer from train_unigram.py.")
+    table[[i for i in tokenizer.all_special_ids if i != tokenizer.unk_token_id]] = True
+    return table
 
 
 def make_dataset(files, input_context, *, batch_size, max_length, masking, seed, training,
@@ -344,7 +452,21 @@ def start_from_token_frequencies(mlm, log_probs):
     """Sets the LM head's output bias to the tokens' log-frequencies: a new model then starts out predicting as the
     frequency table does. Special tokens get the lowest finite value, which keeps the logits finite in bfloat16."""
     finite = np.isfinite(log_probs)
-    mlm.get_lm_head().get_bias()["bias"].assign(np.where(finite, log_probs, log_probs[finite].min()))
+    for bias in mlm.get_lm_head().get_bias().values():  # ALBERT has two, of which TensorFlow uses one.
+        bias.assign(np.where(finite, log_probs, log_probs[finite].min()))
+
+
+# The layers between the encoder and the logits, for the models whose get_lm_head() is only the last of them.
+LM_HEAD_LAYERS = {"electra": ("generator_predictions", "generator_lm_head"),
+                  "convbert": ("generator_predictions", "generator_lm_head"),
+                  "distilbert": ("vocab_transform", "act", "vocab_layer_norm", "vocab_projector")}
+
+
+def lm_head(mlm, hidden):
+    """The logits of a 🤗 TF…ForMaskedLM `mlm` at the encoder's hidden states `hidden` [..., positions, hidden]."""
+    for name in LM_HEAD_LAYERS.get(mlm.config.model_type, ()):
+        hidden = getattr(mlm, name)(hidden)
+    return hidden if mlm.config.model_type in LM_HEAD_LAYERS else mlm.get_lm_head()(hidden)
 
 
 class Perplexity(keras.metrics.Mean):
@@ -403,7 +525,7 @@ class MaskedLMTrainer(keras.Model):
             encoder = getattr(self.mlm, self.mlm.base_model_prefix)
             hidden = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                              training=training)[0]
-            logits = self.mlm.get_lm_head()(tf.gather(hidden, batch["masked_positions"], batch_dims=1))
+            logits = lm_head(self.mlm, tf.gather(hidden, batch["masked_positions"], batch_dims=1))
             labels, inputs = (tf.gather(batch[name], batch["masked_positions"], batch_dims=1)
                               for name in ("labels", "input_ids"))
         else:
@@ -440,8 +562,9 @@ class MaskedLMTrainer(keras.Model):
         for i in range(steps):
             with tf.GradientTape() as tape:
                 stats = self._masked_lm_sums({name: value[i] for name, value in micro_batches.items()}, True)
-            gradients = [tf.convert_to_tensor(gradient)
-                         for gradient in tape.gradient(stats["cross_entropy"], self.mlm.trainable_variables)]
+            # Zeros for the weights the loss does not reach (a pooler, ALBERT's second output bias).
+            gradients = [tf.convert_to_tensor(gradient) for gradient in tape.gradient(
+                stats["cross_entropy"], self.mlm.trainable_variables, unconnected_gradients="zero")]
             gradient_sums = gradients if gradient_sums is None else [
                 total + gradient for total, gradient in zip(gradient_sums, gradients)]
             stat_sums = stats if stat_sums is None else {name: stat_sums[name] + stats[name] for name in stats}
@@ -592,12 +715,18 @@ def check_paths_for_pod(args, num_hosts):
                         f"but --output_dir {args.output_dir!r} is a local path. Pass a gs:// folder.")
 
 
+def masking_arguments(args, tokenizer):
+    """mask_tokens' arguments, from the flags and the tokenizer."""
+    return dict(mask_token_id=tokenizer.mask_token_id, special_token_ids=tokenizer.all_special_ids,
+                vocab_size=len(tokenizer), mlm_probability=args.mlm_probability,
+                max_predictions=args.max_predictions_per_seq, spans=args.masking == "span",
+                word_starts=None if args.masking == "token" else word_start_table(tokenizer))
+
+
 def distributed_datasets(args, strategy, plan, tokenizer, train_files, eval_files):
     """(training(first_step), evaluation): on each host, make_dataset over its own shards, for its own replicas.
     Training batches hold every micro-batch of a step; evaluation is the plan.eval_steps batches of every round."""
-    masking = dict(mask_token_id=tokenizer.mask_token_id, special_token_ids=tokenizer.all_special_ids,
-                   vocab_size=len(tokenizer), mlm_probability=args.mlm_probability,
-                   max_predictions=args.max_predictions_per_seq)
+    masking = masking_arguments(args, tokenizer)
 
     def distribute(files, seed, batch_size, **kwargs):
         return strategy.distribute_datasets_from_function(lambda input_context: make_dataset(
@@ -645,6 +774,9 @@ def model_config(args, tokenizer):
             config.update_from_string(args.config_overrides)
         except ValueError as err:
             raise UserError(f"bad --config_overrides {args.config_overrides!r}: {err}") from err
+    if config.model_type not in ARCHITECTURES:
+        logger.warning("%s is not among the architectures tested with this pipeline (README, \"Architectures\"): it "
+                       "may fail at its first step, and it gets no PyTorch copy.", config.model_type)
     if not start:
         config.update(dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
                            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id))
@@ -778,6 +910,167 @@ def fit_calls(start_step, total_steps, round_steps):
     whole_rounds, tail = divmod(total_steps - start_step - head, round_steps)
     calls = [(start_step, head, 1), (start_step + head, round_steps, whole_rounds), (total_steps - tail, tail, 1)]
     return [(first, steps, rounds) for first, steps, rounds in calls if steps and rounds]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Speed: what a round's time means for the hardware, and whether the input pipeline keeps up
+
+# Published peak dense throughput, FLOP/s. TPUs, per chip, in bfloat16 (Google Cloud's pages on each generation:
+# cloud.google.com/tpu/docs/v2, v3, v4, v5e, v5p, v6e); a TPU multiplies float32 matrices in bfloat16 passes.
+TPU_PEAK_FLOPS = {"v2": 45e12, "v3": 123e12, "v4": 275e12, "v5e": 197e12, "v5p": 459e12, "v6e": 918e12}
+# TensorCores per chip that TensorFlow drives as replicas of their own: two on v2 and v3; one on v5e and v6e, and
+# on v4 and v5p, whose two cores act as one (megacore).
+TPU_REPLICAS_PER_CHIP = {"v2": 2, "v3": 2}
+# NVIDIA GPUs, without sparsity: (bfloat16, TF32, float32), from NVIDIA's A100, H100 and L4 data sheets; matched
+# in this order against the name TensorFlow reports ("NVIDIA H100 80GB HBM3" is the SXM module). TensorFlow
+# multiplies float32 matrices in TF32 on these GPUs, unless tf.config.experimental.enable_tensor_float_32_execution
+# turns it off.
+GPU_PEAK_FLOPS = [("A100", (312e12, 156e12, 19.5e12)), ("H100 PCIe", (756e12, 378e12, 51e12)),
+                  ("H100 NVL", (835e12, 418e12, 60e12)), ("H100", (989e12, 495e12, 67e12)),
+                  ("L4", (121e12, 60e12, 30.3e12))]
+
+
+def training_flops_per_token(config, max_length, max_predictions):
+    """Floating-point operations of a training step (forward and backward) per token, counted from a BERT-style
+    `config` (BERT, RoBERTa and the like) for samples of `max_length` tokens and an LM head that runs at
+    `max_predictions` positions per sample (0: at every one).
+
+    A multiply-add is 2 FLOPs, and the backward pass costs twice the forward one (gradients for the activations and
+    for the weights): 6 FLOPs per multiply-add of the forward pass, that is 6 per weight that multiplies each token's
+    vector, plus attention. Per token, with hidden size h, feed-forward size f, L tokens per sample, vocabulary V
+    and K head positions per sample, the forward pass does these multiply-adds:
+        each layer   4 h^2 + 2 h f          query, key, value and output projections; the two feed-forward ones
+                     + 2 L h                attention: scores against L keys, then the sum of L values
+        LM head      K / L x (h^2 + h V)    its dense layer and the projection onto the vocabulary, at K of L
+    Embeddings are looked up (the vocabulary projection reuses the word embeddings, counted in the head); biases,
+    layer norms, activations, softmaxes and the optimizer update are left out: a few percent.
+    """
+    hidden, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
+    per_layer = 4 * hidden**2 + 2 * hidden * config.intermediate_size + 2 * max_length * hidden
+    head = (max_predictions or max_length) / max_length * (hidden**2 + hidden * vocab)
+    return 6 * (layers * per_layer + head)
+
+
+def model_flops_utilization(flops_per_second, peak_flops):
+    """MFU, in percent: the model's FLOPs per second (counted as above, not what the device executes, which
+    includes recomputation and other overhead) over the devices' peak."""
+    return 100 * flops_per_second / peak_flops
+
+
+def peak_flops(strategy, on_tpu, bfloat16):
+    """(The published peak FLOP/s of all replicas, what they are); (None, what they are) where no peak is known."""
+    replicas = strategy.num_replicas_in_sync
+    if on_tpu:
+        generation = next(iter(local_tpu_chips()), "of unknown generation")  # A TPU Node's chips are not local.
+        if generation not in TPU_PEAK_FLOPS:
+            return None, f"TPU {generation}"
+        per_chip = TPU_REPLICAS_PER_CHIP.get(generation, 1)
+        return (replicas / per_chip * TPU_PEAK_FLOPS[generation],
+                f"{replicas // per_chip} x TPU {generation} at {TPU_PEAK_FLOPS[generation] / 1e12:g} TFLOP/s in "
+                "bfloat16")
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return None, "CPU"
+    name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
+    for model, peaks in GPU_PEAK_FLOPS:
+        if model in name:
+            precision = 0 if bfloat16 else 1 if tf.config.experimental.tensor_float_32_execution_enabled() else 2
+            return (replicas * peaks[precision], f"{replicas} x {name} at {peaks[precision] / 1e12:g} TFLOP/s in "
+                                                 f"{('bfloat16', 'TF32', 'float32')[precision]}")
+    return None, name
+
+
+@dataclasses.dataclass
+class Throughput:
+    """Turns the steps of a round and their time into what they mean for the hardware: tokens and samples per
+    second (all replicas), the model's FLOP/s and, where the devices' peak is known, MFU."""
+    flops_per_token: float
+    tokens_per_step: int
+    samples_per_step: int
+    num_hosts: int
+    peak_flops: float | None
+    devices: str
+    input_samples_per_second: float | None = None  # One host's input pipeline alone: check_input_pipeline.
+
+    @classmethod
+    def of(cls, args, config, plan, strategy, on_tpu):
+        return cls(training_flops_per_token(config, args.max_length, args.max_predictions_per_seq),
+                   plan.global_batch_size * args.max_length, plan.global_batch_size, plan.num_hosts,
+                   *peak_flops(strategy, on_tpu, args.bfloat16))
+
+    def describe_peak(self):
+        if self.peak_flops is None:
+            return f"no published peak is known for {self.devices}: rounds show TFLOP/s, no MFU"
+        return f"peak {self.peak_flops / 1e12:,.0f} TFLOP/s ({self.devices})"
+
+    def figures(self, steps, seconds):
+        tokens_per_second = steps * self.tokens_per_step / seconds
+        figures = {"tokens_per_second": tokens_per_second, "samples_per_second": steps * self.samples_per_step / seconds,
+                   "flops_per_token": self.flops_per_token, "tflops": tokens_per_second * self.flops_per_token / 1e12}
+        if self.peak_flops:
+            figures["mfu_percent"] = model_flops_utilization(figures["tflops"] * 1e12, self.peak_flops)
+        return figures
+
+    @staticmethod
+    def describe(figures):
+        text = (f"{figures['tokens_per_second']:,.0f} tokens/s, {figures['samples_per_second']:,.1f} samples/s, "
+                f"{figures['flops_per_token'] / 1e6:.4g} MFLOP/token, {figures['tflops']:.3g} TFLOP/s")
+        return text + (f", MFU {figures['mfu_percent']:.1f} %" if "mfu_percent" in figures else "")
+
+    def compare_with_input(self, figures):
+        """Logs how much of what one host's input pipeline delivers alone training takes; warns when it takes so
+        much that the steps likely wait for their input. Returns that share."""
+        taken = figures["samples_per_second"] / self.num_hosts
+        share = taken / self.input_samples_per_second
+        logger.info("Input pipeline: %s samples/s per host alone, before training; training takes %s (%.1f %%)",
+                    f"{self.input_samples_per_second:,.0f}", f"{taken:,.1f}", 100 * share)
+        if share > INPUT_BOUND_SHARE:
+            logger.warning(
+                "Training takes %.0f %% of what the input pipeline delivers alone: the steps likely wait for their "
+                "input, and the devices idle. Give each host more shards to read in parallel (at least 8: a "
+                "smaller --shard_size in prepare_tfrecord_shards.py, or more data), keep gs:// shards in the "
+                "devices' region, use hosts with more CPU cores; a larger --shuffle_buffer_size evens out slow "
+                "reads.", 100 * share)
+        return share
+
+
+# Above this share of the input pipeline's own speed, training is likely held back by it: the pipeline shares the
+# host's cores with the rest of the step, and its speed varies with the files it reads.
+INPUT_BOUND_SHARE = 0.8
+
+
+@tf.function
+def pull_batches(iterator, num_batches):
+    """Takes `num_batches` batches from a dataset iterator inside TensorFlow: no Python runs per batch."""
+    for _ in tf.range(num_batches):
+        iterator.get_next()
+
+
+def check_input_pipeline(args, plan, tokenizer, train_files, throughput, results):
+    """Times the first host's input pipeline alone, as training builds it, with no model, for about
+    --input_check_seconds, after its shuffle buffer has filled; logs its samples/s and, where the devices' peak is
+    known, what training would take at that peak."""
+    dataset = make_dataset(train_files, tf.distribute.InputContext(plan.num_hosts, 0, plan.replicas_per_host),
+                           batch_size=plan.batch_per_replica_step, max_length=args.max_length,
+                           masking=masking_arguments(args, tokenizer), seed=args.seed, training=True,
+                           shuffle_buffer_size=args.shuffle_buffer_size)
+    with tf.device("/cpu:0"):  # The host's CPU, wherever the devices are.
+        iterator = iter(dataset)
+        pull_batches(iterator, tf.constant(1))  # Waits for the shuffle buffer to fill.
+        batches, start = 0, time.perf_counter()
+        while (seconds := time.perf_counter() - start) < args.input_check_seconds:
+            pull_batches(iterator, tf.constant(INPUT_CHECK_BATCHES))
+            batches += INPUT_CHECK_BATCHES
+    samples_per_second = throughput.input_samples_per_second = batches * plan.batch_per_replica_step / seconds
+    at_peak = "" if throughput.peak_flops is None else (
+        "; at the devices' peak, training would take "
+        f"{throughput.peak_flops / throughput.flops_per_token / args.max_length / plan.num_hosts:,.0f} per host")
+    logger.info("Input pipeline alone, on this host: %s samples/s (%s tokens/s), over %.1f s%s",
+                f"{samples_per_second:,.0f}", f"{samples_per_second * args.max_length:,.0f}", seconds, at_peak)
+    results.record(input_pipeline_samples_per_second=throughput.input_samples_per_second)
+
+
+INPUT_CHECK_BATCHES = 20  # Per call of pull_batches: a few milliseconds on a fast host.
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1095,16 +1388,21 @@ class ResultsFile(dict):
 
 
 class RoundEnd(keras.callbacks.Callback):
-    """At the end of each round (a Keras epoch), its training and evaluation metrics to the log, to `results`
-    and to TensorBoard, at the optimizer step they belong to, with the learning rate."""
+    """At the end of each round (a Keras epoch), its training and evaluation metrics and its speed to the log, to
+    `results` and to TensorBoard, at the optimizer step they belong to, with the learning rate. The speed counts
+    from the end of the round's first execution (which, in a fit call's first round, also traces and compiles the
+    step and fills the input pipeline) to the end of its last; a round of one execution counts from its start."""
 
-    def __init__(self, results, log_dir, learning_rate_schedule):
+    def __init__(self, results, log_dir, learning_rate_schedule, throughput):
         super().__init__()
-        self.results, self.learning_rate_schedule = results, learning_rate_schedule
+        self.results, self.learning_rate_schedule, self.throughput = results, learning_rate_schedule, throughput
         self.log_dir, self.checkpoint_dir = log_dir, os.path.join(os.path.dirname(log_dir), "checkpoints")
         with out_of_space_in_run(log_dir, "TensorBoard logs", self.checkpoint_dir):
             self.writers = {part: tf.summary.create_file_writer(os.path.join(log_dir, part))
                             for part in ("train", "eval")}
+        self.execution_ends = []  # (time, steps done in the round) at the end of each execution of the round.
+        self.compared_with_input = False
+        self.ended_at = None  # When the last round's figures were written.
 
     def write_tensorboard(self, part, metrics, step):
         with out_of_space_in_run(self.log_dir, "TensorBoard logs", self.checkpoint_dir):
@@ -1115,14 +1413,28 @@ class RoundEnd(keras.callbacks.Callback):
                     tf.summary.scalar("learning_rate", self.learning_rate_schedule(step))
             self.writers[part].flush()
 
+    def on_epoch_begin(self, epoch, logs=None):
+        self.execution_ends = [(time.perf_counter(), 0)]
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.execution_ends.append((time.perf_counter(), batch + 1))  # `batch`: the execution's last step.
+
     def on_epoch_end(self, epoch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
         train = {name: value for name, value in logs.items() if not name.startswith("val_")}
         evaluation = {name.removeprefix("val_"): value for name, value in logs.items() if name.startswith("val_")}
-        logger.info("Step %d: %s", step, format_metrics(logs))
-        self.results.record(step=step, final_train=train, **({"final_eval": evaluation} if evaluation else {}))
-        self.write_tensorboard("train", train, step)
+        ends = self.execution_ends
+        (first_time, first_steps), (last_time, last_steps) = ends[1] if len(ends) > 2 else ends[0], ends[-1]
+        speed = self.throughput.figures(last_steps - first_steps, last_time - first_time)
+        logger.info("Step %d: %s; %s", step, format_metrics(logs), self.throughput.describe(speed))
+        if self.throughput.input_samples_per_second and not self.compared_with_input:
+            self.results.record(input_pipeline_share=self.throughput.compare_with_input(speed))
+            self.compared_with_input = True
+        self.results.record(step=step, final_train=train, speed=speed,
+                            **({"final_eval": evaluation} if evaluation else {}))
+        self.write_tensorboard("train", {**train, **speed}, step)
         self.write_tensorboard("eval", evaluation, step)
+        self.ended_at = time.perf_counter()
 
 
 def out_of_space_in_run(folder, what, checkpoint_dir):
@@ -1204,8 +1516,8 @@ only those whose input was `<mask>`, for the model and for a table of the traini
         save_pytorch_copy(mlm, tokenizer, folder)
         write_model_card(folder, args.output_dir, "fill-mask", "The capital of France is <mask>.", description)
 
-    save_folder(args.output_dir, write, "Model, tokenizer and model card", args.hub_model_id,
-                f"Pre-trained for {step} steps", ignore_patterns=["checkpoints/*", OutputDirLease.NAME])  # Logs are welcome on the Hub.
+    save_folder(args.output_dir, write, "Model, tokenizer and model card", args.hub_model_id,  # Logs go to the Hub.
+                f"Pre-trained for {step} steps", ignore_patterns=["checkpoints/*", OutputDirLease.NAME])
     results.record(saved_model_step=step)
 
 

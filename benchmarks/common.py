@@ -60,20 +60,13 @@ def print_table(headers, rows):
 
 
 def training_flops_per_sample(hidden, layers, intermediate, vocab, length, head_positions):
-    """Floating-point operations of one training step (forward and backward) on one sample, counted analytically.
+    """FLOPs of one training step (forward and backward) on one sample of `length` tokens, for a RoBERTa of these
+    sizes with the LM head at `head_positions` positions: run_mlm.training_flops_per_token, which says what it
+    counts, times the length."""
+    from transformers import RobertaConfig
 
-    A multiply-add is 2 FLOPs, and the backward pass costs twice the forward one (a gradient for the activations
-    and one for the weights), so training costs 3 x 2 = 6 FLOPs per multiply-add of the forward pass. Per sample
-    of `length` tokens, the forward pass of a BERT/RoBERTa encoder with its masked-LM head does these
-    multiply-adds:
-        encoder matmuls   layers x length x (4 hidden^2 + 2 hidden intermediate)   Q, K, V, output; feed-forward
-        attention         layers x 2 length^2 x hidden                               Q K^T, and weights x V
-        LM head           head_positions x (hidden^2 + hidden vocab)                 dense transform; vocabulary
-    with head_positions = length for the full head, or K for the head gathered at K masked positions. That is
-    6 x (matmul parameters) x tokens + 12 x layers x length^2 x hidden. Left out, as they are a few percent at
-    most: embedding lookups, biases, layer norms, activations, softmaxes and the optimizer update.
-    """
-    encoder = layers * length * (4 * hidden**2 + 2 * hidden * intermediate)
-    attention = layers * 2 * length**2 * hidden
-    head = head_positions * (hidden**2 + hidden * vocab)
-    return 6 * (encoder + attention + head)
+    from run_mlm import training_flops_per_token
+
+    config = RobertaConfig(hidden_size=hidden, num_hidden_layers=layers, intermediate_size=intermediate,
+                           vocab_size=vocab)
+    return length * training_flops_per_token(config, length, head_positions)

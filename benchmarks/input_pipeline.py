@@ -31,11 +31,10 @@ from common import (DEFAULT_TRAIN_FILE, REPO, SPECIAL_TOKEN_IDS, TRAIN_FILE_HELP
 import tensorflow as tf  # noqa: E402  (after common, which quiets TensorFlow)
 from transformers import RobertaConfig  # noqa: E402
 
-from run_mlm import default_max_predictions, make_dataset  # noqa: E402
+from run_mlm import TPU_PEAK_FLOPS, default_max_predictions, make_dataset  # noqa: E402
 
-# Published peak bf16 compute (cloud.google.com/tpu/docs/v3 and /v4): 123 TFLOP/s per v3 chip, 275 per v4 chip;
-# a v3-8 or a v4-8 is one host with 4 chips (8 TensorCores).
-TPU_PEAK_FLOPS = {"TPU v3-8": 4 * 123e12, "TPU v4-8": 4 * 275e12}
+# A v3-8 or a v4-8 is one host with 4 chips (8 TensorCores); run_mlm.py has each chip's published peak.
+TPU_HOSTS = {"TPU v3-8": 4 * TPU_PEAK_FLOPS["v3"], "TPU v4-8": 4 * TPU_PEAK_FLOPS["v4"]}
 
 
 def parse_args():
@@ -123,7 +122,7 @@ def main():
         for head, positions in (("K", default_max_predictions(0.15, length)), ("all", length)):
             flops[head] = training_flops_per_sample(config.hidden_size, config.num_hidden_layers,
                                                     config.intermediate_size, config.vocab_size, length, positions)
-        for tpu, peak in TPU_PEAK_FLOPS.items():
+        for tpu, peak in TPU_HOSTS.items():
             consumed = peak / flops["K"]
             rows.append([tpu, length, f"{peak / 1e12:.0f}", f"{default_max_predictions(0.15, length)}",
                          f"{flops['K'] / 1e9:.1f}", f"{consumed:,.0f}", f"{flops['all'] / 1e9:.1f}",

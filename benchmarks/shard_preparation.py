@@ -50,7 +50,7 @@ import numpy as np
 from common import DEFAULT_TRAIN_FILE, REPO, TRAIN_FILE_HELP, describe_machine, load_average, median, print_table
 
 import prepare_tfrecord_shards as shards  # noqa: E402  (common puts the repository on the path)
-from utils import iter_text_file_batches  # noqa: E402
+from utils import iter_text_file_batches, load_backend_tokenizer  # noqa: E402
 
 
 def parse_args():
@@ -171,7 +171,7 @@ def time_stages(corpus, tokenizer_dir, args, output_file):
     stages["process start and imports"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    tokenizer, _ = shards.load_tokenizer(tokenizer_dir)
+    tokenizer, _ = load_backend_tokenizer(tokenizer_dir)
     stages["load the tokenizer"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -223,7 +223,7 @@ def measure_cores(args, tokenizer_dir, larger, scratch):
 def main():
     args = parse_args()
     if args.encode_batch_fast_only:  # The child of pinned_encode_batch_fast_speed.
-        tokenizer, _ = shards.load_tokenizer(args.tokenizer)
+        tokenizer, _ = load_backend_tokenizer(args.tokenizer)
         batches = list(iter_text_file_batches([args.train_file], args.batch_size))
         print(raw_tokenizer_speed(tokenizer, batches, "encode_batch_fast")[0])
         return
@@ -248,7 +248,7 @@ def main():
             measure_cores(args, tokenizer_dir, larger, scratch)
             print(f"\nLoad average before and after: {load_before:.1f}, {load_average():.1f}")
             return
-        tokenizer, _ = shards.load_tokenizer(tokenizer_dir)
+        tokenizer, _ = load_backend_tokenizer(tokenizer_dir)
         batches = list(iter_text_file_batches([args.train_file], args.batch_size))
         scripts = {f"prepare_tfrecord_shards.py --num_workers {count}": (str(REPO / "prepare_tfrecord_shards.py"),
                                                                        count) for count in args.num_workers}

@@ -8,8 +8,7 @@ import json
 
 import pytest
 
-from conftest import MAX_LENGTH
-from helpers import WIKITEXT, run_script
+from helpers import MAX_LENGTH, WIKITEXT, run_script
 from test_export_model import MLM_TEXTS, assert_numpy_forward_gives, masked_lm_logits, tensorflow_logits
 
 SHORT = 32  # Phase 1's length; phase 2 runs at MAX_LENGTH.

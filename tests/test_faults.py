@@ -439,16 +439,14 @@ def test_no_intact_checkpoint_says_to_start_over(run_with_two_checkpoints):
 
 
 def test_a_long_line_is_tokenized_in_pieces_into_the_tokens_of_the_whole(tokenizer_dir, monkeypatch):
-    import prepare_tfrecord_shards
-
-    tokenizer, _ = prepare_tfrecord_shards.load_tokenizer(str(tokenizer_dir))
+    tokenizer, _ = utils.load_backend_tokenizer(str(tokenizer_dir))
     lines = [line for line in (WIKITEXT / "train.txt").read_text().splitlines() if line.strip()]
     long_line = "  ".join(lines[:60])  # Runs of spaces too, which the normalizer makes one.
-    monkeypatch.setattr(prepare_tfrecord_shards, "MAX_PIECE_CHARS", 300)  # Dozens of pieces, several calls.
+    monkeypatch.setattr(utils, "MAX_PIECE_CHARS", 300)  # Dozens of pieces, several calls.
     texts = [lines[100], long_line, lines[101], lines[102]]
     expected = [token for text in texts for token in tokenizer.encode(text).ids]
     assert len(long_line) > 20 * 300
-    assert prepare_tfrecord_shards.tokenize(tokenizer, texts).tolist() == expected
+    assert utils.tokenize(tokenizer, texts).tolist() == expected
     # A "word" longer than a piece is cut where it must be: its tokens may differ at the cut, but none is lost.
-    ids = prepare_tfrecord_shards.tokenize(tokenizer, ["x" * 1000])
+    ids = utils.tokenize(tokenizer, ["x" * 1000])
     assert ids[0] == tokenizer.token_to_id("<s>") and ids[-1] == tokenizer.token_to_id("</s>") and len(ids) > 2

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from helpers import MAX_LENGTH
+from helpers import MAX_LENGTH, WIKITEXT
 from run_mlm import default_max_predictions, find_shards, make_dataset, mask_tokens
 
 pytestmark = pytest.mark.fast  # The masking and the input pipeline: all in the quick subset.
@@ -159,3 +159,109 @@ def test_fit_calls_cover_every_step_once_in_aligned_rounds():
     assert fit_calls(130, 1100, 250) == [(130, 120, 1), (250, 250, 3), (1000, 100, 1)]  # Resumed at step 130.
     assert fit_calls(130, 200, 250) == [(130, 70, 1)]
     assert fit_calls(500, 500, 250) == []
+
+
+def test_token_masking_is_the_same_function_of_the_seed_as_before(batch):
+    # --masking token, the default, draws as it always has: a uniform per token from the first of three seeds split
+    # from the batch's seed, a second for the 80/10/10 choice, a third for the random tokens.
+    ids, seed = batch.numpy(), tf.constant([11, 12], tf.int64)
+    mask_seed, replace_seed, random_seed = tf.random.experimental.stateless_split(seed, 3)
+    chosen = ~np.isin(ids, SPECIAL_IDS) & (tf.random.stateless_uniform(ids.shape, mask_seed).numpy() < 0.15)
+    replace = tf.random.stateless_uniform(ids.shape, replace_seed).numpy()
+    random_ids = tf.random.stateless_uniform(ids.shape, random_seed, maxval=VOCAB_SIZE, dtype=tf.int32).numpy()
+    expected = np.where(chosen & (replace < 0.8), MASK_ID, np.where(chosen & (replace >= 0.8) & (replace < 0.9),
+                                                                    random_ids, ids))
+    masked_ids, labels = masked(batch, seed)
+    assert np.array_equal(masked_ids, expected) and np.array_equal(labels, np.where(chosen, ids, -100))
+
+
+def wordpiece_tokenizer():
+    """A WordPiece tokenizer as BERT's (## continues a word), trained here on the test data."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    backend = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.train([str(WIKITEXT / "train.txt")], trainers.WordPieceTrainer(vocab_size=1000, special_tokens=specials))
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]",
+                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+
+
+def rows_of_words(tokenizer, lines, length):
+    """Rows of `length` ids of the lines' tokens, concatenated with the tokenizer's specials as the shards are, and
+    for each token the word it belongs to by the tokenizer's own account (word_ids; -1 for specials, <unk> too)."""
+    ids, words = [], []
+    for number, encoding in enumerate(tokenizer(lines).encodings):
+        ids += encoding.ids
+        words += [-1 if word is None or token in tokenizer.all_special_ids else number * 10_000 + word
+                  for token, word in zip(encoding.ids, encoding.word_ids)]
+    rows = len(ids) // length
+    return (tf.constant(np.reshape(ids[:rows * length], [rows, length]), tf.int32),
+            np.reshape(words[:rows * length], [rows, length]))
+
+
+@pytest.mark.parametrize("kind", ["unigram", "wordpiece"])
+def test_whole_words_and_spans_are_never_cut_on_real_text(kind, tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    from run_mlm import word_start_table
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir) if kind == "unigram" else wordpiece_tokenizer()
+    lines = [line for line in (WIKITEXT / "validation.txt").read_text().splitlines() if line.strip()][:300]
+    ids, words = rows_of_words(tokenizer, lines, MAX_LENGTH)
+    assert (words[:, 1:] == words[:, :-1]).mean() > 0.1  # Many words of several tokens.
+    masking = dict(mask_token_id=tokenizer.mask_token_id, special_token_ids=tokenizer.all_special_ids,
+                   vocab_size=len(tokenizer), mlm_probability=0.4, word_starts=word_start_table(tokenizer))
+    for spans, max_predictions in ((False, 0), (False, 16), (True, 0), (True, 16)):
+        batch = mask_tokens(ids, tf.constant([5, 6], tf.int64), **masking, spans=spans,
+                            max_predictions=max_predictions)
+        chosen, changed = batch["labels"].numpy() != -100, batch["input_ids"].numpy()
+        assert chosen.any() and not chosen[words == -1].any()
+        for row in range(len(words)):
+            for word in set(words[row]) - {-1}:
+                in_word = words[row] == word
+                assert chosen[row][in_word].all() or not chosen[row][in_word].any(), (spans, row, word)
+                # 80/10/10 per word: all its tokens become <mask>, or none does.
+                is_mask = changed[row][in_word] == tokenizer.mask_token_id
+                assert is_mask.all() or not is_mask.any() or not chosen[row][in_word].all()
+        if max_predictions:
+            assert chosen.sum(axis=1).max() <= max_predictions
+            positions = batch["masked_positions"].numpy()
+            assert all(set(np.flatnonzero(chosen[row])) <= set(positions[row]) for row in range(len(words)))
+
+
+@pytest.mark.parametrize("mode", ["token", "whole_word", "span"])
+def test_the_masked_share_is_mlm_probability_in_every_mode(mode, shards_dir, tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    from run_mlm import word_start_table
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    files, sizes = find_shards(str(shards_dir / "validation"), MAX_LENGTH)
+    masking = dict(mask_token_id=tokenizer.mask_token_id, special_token_ids=tokenizer.all_special_ids,
+                   vocab_size=len(tokenizer), mlm_probability=0.3, spans=mode == "span",
+                   max_predictions=default_max_predictions(0.3, MAX_LENGTH, mode),
+                   word_starts=None if mode == "token" else word_start_table(tokenizer))
+    dataset = make_dataset(files, input_context(), batch_size=32, max_length=MAX_LENGTH, masking=masking, seed=3,
+                           training=True, shuffle_buffer_size=100)
+    chosen = candidates = 0
+    for batch in dataset.take(60).as_numpy_iterator():  # About 100,000 candidate tokens.
+        chosen += (batch["labels"] != -100).sum()
+        original = np.where(batch["labels"] != -100, batch["labels"], batch["input_ids"])
+        candidates += (~np.isin(original, tokenizer.all_special_ids)).sum()
+    assert abs(chosen / candidates - 0.3) < 0.01
+
+
+def test_whole_word_masking_refuses_a_tokenizer_that_does_not_mark_words():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from run_mlm import word_start_table
+    from utils import UserError
+
+    backend = Tokenizer(models.WordLevel({"[UNK]": 0, "[MASK]": 1, "the": 2, "game": 3}, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", mask_token="[MASK]")
+    with pytest.raises(UserError, match="need a tokenizer whose pieces show where words begin"):
+        word_start_table(tokenizer)

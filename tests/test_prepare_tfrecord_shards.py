@@ -127,7 +127,7 @@ def test_samples_too_short_to_mask_are_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-# The records are serialized without TensorFlow (prepare_tfrecord_shards.RecordSerializer): they must be the very
+# The records are serialized without TensorFlow (utils.RecordSerializer): they must be the very
 # bytes TensorFlow writes. Token ids of every varint length are covered, up to 250,000 (the largest vocabularies),
 # and beyond.
 EDGE_IDS = [0, 1, 127, 128, 255, 16383, 16384, 250_000, 2**21 - 1, 2**21, 2**31 - 1, 2**35, 2**63 - 1]
@@ -135,7 +135,7 @@ EDGE_IDS = [0, 1, 127, 128, 255, 16383, 16384, 250_000, 2**21 - 1, 2**21, 2**31 
 
 @pytest.mark.fast
 def test_records_are_byte_for_byte_those_of_tensorflow(tmp_path):
-    from prepare_tfrecord_shards import RecordSerializer
+    from utils import RecordSerializer
 
     max_length = len(EDGE_IDS)
     rng = np.random.default_rng(0)
@@ -159,7 +159,7 @@ def test_records_are_byte_for_byte_those_of_tensorflow(tmp_path):
 
 @pytest.mark.fast
 def test_shard_writer_fills_shards_across_batches_and_chunks(tmp_path, monkeypatch):
-    from prepare_tfrecord_shards import ShardWriter
+    from utils import ShardWriter
 
     monkeypatch.setattr(ShardWriter, "CHUNK_SIZE", 4)  # Serialize in chunks smaller than a shard and a batch.
     samples = np.arange(23 * 3).reshape(23, 3)
@@ -200,9 +200,9 @@ def test_text_files_are_read_as_datasets_reads_them(tmp_path):
 
 @pytest.mark.fast
 def test_fast_tokenizer_loading_matches_auto_tokenizer(tokenizer_dir):
-    from prepare_tfrecord_shards import load_tokenizer
+    from utils import load_backend_tokenizer
 
-    tokenizer, vocab_size = load_tokenizer(str(tokenizer_dir))
+    tokenizer, vocab_size = load_backend_tokenizer(str(tokenizer_dir))
     reference = AutoTokenizer.from_pretrained(tokenizer_dir)
     texts = ["The <mask> was released in 2011 .", " Valkyria Chronicles III ", "é à <unk> ☃", ""]
     assert [encoding.ids for encoding in tokenizer.encode_batch_fast(texts)] == reference(texts).input_ids
@@ -290,7 +290,7 @@ def test_output_dir_that_is_a_file_and_a_missing_tokenizer_are_named(tmp_path, t
 
 @pytest.mark.fast
 def test_parts_hold_every_line_once_in_order(tmp_path):
-    from prepare_tfrecord_shards import plan_parts
+    from utils import plan_parts
     from utils import iter_text_file_batches
 
     # Line breaks of every kind, a line without a break at the end of a file, an empty file, non-ASCII text.
@@ -319,7 +319,7 @@ def part_size(part):
 
 
 def test_several_workers_write_each_part_as_its_own_stream(tmp_path, tokenizer_dir):
-    from prepare_tfrecord_shards import plan_parts
+    from utils import plan_parts
 
     files = [str(WIKITEXT / "train.txt"), str(WIKITEXT / "validation.txt")]
     run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir, "--train_file", *files,

@@ -200,7 +200,7 @@ def test_two_cpu_replicas_match_one(pretrained_model_dir, tmp_path):
         output_dir = tmp_path / f"replicas-{replicas}"
         result = run_script("run_classification.py", *fine_tune_args(model_dir, output_dir), "--num_epochs", 2,
                             "--num_cpu_replicas", replicas, "--per_replica_batch_size", 16 // replicas)
-        strategy = "OneDeviceStrategy" if replicas == 1 else "MirroredStrategy"
+        strategy = "the default strategy" if replicas == 1 else "MirroredStrategy"
         assert f"{strategy} with {replicas} replica(s) on 1 host(s); global batch 16" in result.stderr
         results[replicas] = json.loads((output_dir / "eval_results.json").read_text())
     one, two = results[1], results[2]

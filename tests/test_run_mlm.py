@@ -1,6 +1,7 @@
 """run_mlm.py: input checks, choice of strategy, and training end to end (interrupted, resumed, used)."""
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -133,9 +134,21 @@ def test_train_interrupt_resume_and_fill_mask(train_args, tmp_path):
     assert "Evaluation before training" not in result.stderr
     assert f"Steps {interrupted_at + 1} to " in result.stderr
     assert checkpoint_steps(model_dir)[-1] == 300
+    # Every round's line tells the speed; no peak is known for a CPU, so no MFU. The input pipeline was timed alone
+    # first, then compared with what training took from it.
+    round_lines = [line for line in result.stderr.splitlines() if " run_mlm: Step " in line]
+    assert len(round_lines) == 2 and all(re.search(r"; [\d,]+ tokens/s, [\d,.]+ samples/s, [\d.]+ MFLOP/token, "
+                                                   r"[\d.e-]+ TFLOP/s$", line) for line in round_lines), round_lines
+    assert result.stderr.count("no published peak is known for CPU: rounds show TFLOP/s, no MFU") == 1
+    assert re.search(r"Input pipeline alone, on this host: [\d,]+ samples/s", result.stderr)
+    assert re.search(r"Input pipeline: [\d,]+ samples/s per host alone, before training; training takes [\d,.]+ ",
+                     result.stderr)
 
     results = json.loads((model_dir / "training_results.json").read_text())
     assert results["step"] == 300
+    assert results["input_pipeline_samples_per_second"] > 0 and 0 < results["input_pipeline_share"] < 1
+    assert results["speed"]["tflops"] == pytest.approx(
+        results["speed"]["tokens_per_second"] * results["speed"]["flops_per_token"] / 1e12)
     # The optimizer state was saved and restored: the Adam moments are in the checkpoint.
     saved = dict(tf.train.list_variables(str(model_dir / "checkpoints" / "ckpt-300")))
     assert saved["optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE"] == []
@@ -153,6 +166,9 @@ def test_train_interrupt_resume_and_fill_mask(train_args, tmp_path):
     assert results["final_eval"]["loss"] < results["step_0_eval"]["loss"] - 1
     assert "| masked_accuracy |" in (model_dir / "README.md").read_text()
     assert list((model_dir / "logs" / "eval").glob("events.out.tfevents.*"))
+    train_tags = {value.tag for path in (model_dir / "logs" / "train").glob("events.out.tfevents.*")
+                  for event in tf.compat.v1.train.summary_iterator(str(path)) for value in event.summary.value}
+    assert {"tokens_per_second", "samples_per_second", "flops_per_token", "tflops"} <= train_tags
 
     # The saved model serves the fill-mask pipeline in a TensorFlow-only install.
     code = ("from transformers import pipeline; import json, sys; "

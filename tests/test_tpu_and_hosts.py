@@ -71,7 +71,7 @@ def test_a_machine_with_tpu_chips_never_trains_on_its_cpu_by_default(tmp_path):
     assert "make install-tpu" in message and "--no_tpu" in message
     # --no_tpu is the user's explicit choice of the CPU: one device, so no MirroredStrategy, and no XLA by default.
     strategy, on_tpu = choose_strategy(hardware_args(no_tpu=True), root=root)
-    assert isinstance(strategy, tf.distribute.OneDeviceStrategy) and not on_tpu
+    assert strategy is tf.distribute.get_strategy() and not on_tpu  # TensorFlow's default strategy.
     assert use_jit_compile(hardware_args(jit_compile=None), on_tpu) is False
     assert use_jit_compile(hardware_args(jit_compile=True), on_tpu) is True  # Rehearsing a TPU's XLA on the CPU.
     assert use_jit_compile(hardware_args(jit_compile=True), on_tpu=True) is False  # All of it is XLA there.

@@ -1,0 +1,55 @@
+"""The codebase itself: the modules import one another without cycles, and every third-party module they import is
+named in a requirements file (not only brought by another package's dependencies)."""
+
+import ast
+import re
+from importlib import metadata
+
+import pytest
+
+from helpers import REPO
+
+pytestmark = pytest.mark.fast
+
+MODULES = {path.stem: path for path in REPO.glob("*.py")}
+REQUIREMENT_FILES = ("requirements-libraries.txt", "requirements.txt", "requirements-beam.txt")
+
+
+def imported_modules(path):
+    """The top-level names of every module that the file at `path` imports, at its top or inside functions."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_no_module_imports_one_that_imports_it():
+    graph = {name: imported_modules(path) & set(MODULES) - {name} for name, path in MODULES.items()}
+    for start in graph:
+        reached, frontier = set(), set(graph[start])
+        while frontier:
+            reached |= frontier
+            frontier = {name for module in frontier for name in graph[module]} - reached
+        assert start not in reached, f"{start} imports a module that imports it back: {sorted(reached)}"
+
+
+def test_every_third_party_module_is_a_named_requirement():
+    named = set()
+    for file in REQUIREMENT_FILES:
+        for line in (REPO / file).read_text().splitlines():
+            if match := re.match(r"([A-Za-z0-9_.-]+)", line.split("#")[0].strip()):
+                named.add(re.sub(r"[-_.]+", "-", match.group(1)).lower())
+    distributions = metadata.packages_distributions()  # {"google": ["google-cloud-storage", ...], ...}
+    unnamed = {}
+    for name, path in MODULES.items():
+        if name == "setup":  # Beam's staging runs it with setuptools, which is what runs any setup.py.
+            continue
+        for module in imported_modules(path) - set(MODULES):
+            if module in distributions:  # Not the standard library.
+                providers = {re.sub(r"[-_.]+", "-", dist).lower() for dist in distributions[module]}
+                if not providers & named:
+                    unnamed.setdefault(module, []).append(path.name)
+    assert not unnamed, f"imported but named in no requirements file: {unnamed}"

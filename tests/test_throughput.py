@@ -1,0 +1,77 @@
+"""run_mlm.py's speed figures: the FLOP count of a training step against a hand count, MFU against a given peak, and
+the devices' peaks."""
+
+import types
+
+import pytest
+from transformers import RobertaConfig, TFAutoModelForMaskedLM
+
+import run_mlm
+from run_mlm import Throughput, model_flops_utilization, peak_flops, training_flops_per_token
+
+# Hidden 4, feed-forward 8, 2 layers, vocabulary 10; samples of 16 tokens, the LM head at 4 of them.
+CONFIG = RobertaConfig(vocab_size=10, hidden_size=4, num_hidden_layers=2, num_attention_heads=2, intermediate_size=8,
+                       max_position_embeddings=18, type_vocab_size=1)
+LENGTH, HEAD_POSITIONS = 16, 4
+
+
+def test_flops_per_token_against_a_hand_count():
+    # Multiply-adds of the forward pass per token, by hand:
+    #   embeddings: looked up, none
+    #   each layer: query, key, value, output 4 x 4x4 = 64; feed-forward 4x8 + 8x4 = 64; attention 2 x 16 x 4 = 128
+    #   LM head: dense 4x4 = 16 and vocabulary 4x10 = 40 at 4 of 16 positions: 56 / 4 = 14 per token
+    # Training: 6 FLOPs per multiply-add (2 per multiply-add, forward plus a backward pass of twice its cost).
+    layers, head = 2 * (64 + 64 + 128), 14
+    assert training_flops_per_token(CONFIG, LENGTH, HEAD_POSITIONS) == 6 * (layers + head) == 3156
+    assert training_flops_per_token(CONFIG, LENGTH, 0) == 6 * (layers + 56)  # The head at every position.
+
+    # The hand count's matrices are the model's: the layers' kernels, and the head's dense kernel and the word
+    # embeddings it projects onto. The other embeddings are only looked up.
+    mlm = TFAutoModelForMaskedLM.from_config(CONFIG)
+    mlm.build_in_name_scope()
+    sizes = {weight.name: int(weight.shape.num_elements()) for weight in mlm.weights}
+    layer_kernels = sum(size for name, size in sizes.items() if "/encoder/layer_" in name and name.endswith("kernel:0"))
+    assert layer_kernels == 2 * (64 + 64)
+    head_matrices = [size for name, size in sizes.items() if "lm_head/dense/kernel" in name or "word_embeddings" in name]
+    assert sorted(head_matrices) == [16, 40]
+
+
+def test_figures_and_mfu_against_a_given_peak():
+    assert model_flops_utilization(2.5e12, peak_flops=10e12) == 25.0
+    # 100 steps of 32 samples of 128 tokens in 4 s, 600 MFLOP per token: 102,400 tokens/s, 800 samples/s,
+    # 61.44 TFLOP/s; against a peak of 122.88 TFLOP/s, 50 %.
+    throughput = Throughput(flops_per_token=600e6, tokens_per_step=32 * 128, samples_per_step=32, num_hosts=1,
+                            peak_flops=122.88e12, devices="a device")
+    figures = throughput.figures(steps=100, seconds=4.0)
+    assert figures == pytest.approx({"tokens_per_second": 102_400, "samples_per_second": 800,
+                                     "flops_per_token": 600e6, "tflops": 61.44, "mfu_percent": 50.0})
+    assert Throughput.describe(figures) == "102,400 tokens/s, 800.0 samples/s, 600 MFLOP/token, 61.4 TFLOP/s, " \
+                                          "MFU 50.0 %"
+    throughput.peak_flops = None  # A CPU: no MFU.
+    assert "mfu_percent" not in throughput.figures(steps=100, seconds=4.0)
+
+
+def test_peaks_of_tpus_per_replica_and_none_for_a_cpu(monkeypatch):
+    # A v3 chip runs 2 replicas (one per TensorCore), a v4 chip one (its cores act as one).
+    for chips, replicas, peak in (({"v3": 4}, 8, 4 * 123e12), ({"v4": 4}, 4, 4 * 275e12),
+                                  ({"v5e": 8}, 8, 8 * 197e12)):
+        monkeypatch.setattr(run_mlm, "local_tpu_chips", lambda: chips)
+        strategy = types.SimpleNamespace(num_replicas_in_sync=replicas)
+        assert peak_flops(strategy, on_tpu=True, bfloat16=True)[0] == pytest.approx(peak)
+    monkeypatch.setattr(run_mlm, "local_tpu_chips", lambda: {})  # A TPU Node: its chips are elsewhere.
+    assert peak_flops(strategy, on_tpu=True, bfloat16=True)[0] is None
+    assert peak_flops(types.SimpleNamespace(num_replicas_in_sync=1), on_tpu=False, bfloat16=False) == (None, "CPU")
+
+
+def test_input_pipeline_compared_with_what_training_takes(caplog):
+    # Two hosts, each pipeline alone 1,000 samples/s: training at 600 samples/s takes 300 per host, 30 %; at 1,800,
+    # 90 %: the steps likely wait for their input.
+    throughput = Throughput(flops_per_token=1e6, tokens_per_step=128, samples_per_step=1, num_hosts=2,
+                            peak_flops=None, devices="CPU", input_samples_per_second=1000.0)
+    with caplog.at_level("INFO", logger="run_mlm"):
+        assert throughput.compare_with_input({"samples_per_second": 600.0}) == pytest.approx(0.3)
+        assert not [record for record in caplog.records if record.levelname == "WARNING"]
+        assert throughput.compare_with_input({"samples_per_second": 1800.0}) == pytest.approx(0.9)
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert len(warnings) == 1 and "Training takes 90 % of what the input pipeline delivers alone" in warnings[0]
+    assert "--shard_size" in warnings[0] and "--shuffle_buffer_size" in warnings[0]
