@@ -210,7 +210,7 @@ def main(args):
     stopper = CheckpointAndStop(checkpoints, args.checkpoint_every_steps, strategy, start_step, is_chief)
     with damaged_shards_named(train_files + eval_files):
         if args.input_check_seconds:
-            check_input_pipeline(args, plan, tokenizer, train_files, throughput, results)
+            check_input_pipeline(args, strategy, plan, tokenizer, train_files, throughput, results)
         if start_step == 0 and eval_files:
             metrics = trainer.evaluate(eval_data, steps=plan.eval_steps, return_dict=True, verbose=0)
             logger.info("Evaluation before training: %s", format_metrics(metrics))
@@ -1057,11 +1057,13 @@ def pull_batches(iterator, num_batches):
         iterator.get_next()
 
 
-def check_input_pipeline(args, plan, tokenizer, train_files, throughput, results):
-    """Times the first host's input pipeline alone, as training builds it, with no model, for about
+def check_input_pipeline(args, strategy, plan, tokenizer, train_files, throughput, results):
+    """Times this host's input pipeline alone, as training builds it, with no model, for about
     --input_check_seconds, after its shuffle buffer has filled; logs its samples/s and, where the devices' peak is
-    known, what training would take at that peak."""
-    dataset = make_dataset(train_files, tf.distribute.InputContext(plan.num_hosts, 0, plan.replicas_per_host),
+    known, what training would take at that peak. (One process drives every host of a TPU pod: it times host 0's.)"""
+    resolver = strategy.cluster_resolver  # None on one machine; a worker's task index with TF_CONFIG.
+    host = resolver.task_id if resolver is not None and resolver.task_id is not None else 0
+    dataset = make_dataset(train_files, tf.distribute.InputContext(plan.num_hosts, host, plan.replicas_per_host),
                            batch_size=plan.batch_per_replica_step, max_length=args.max_length,
                            masking=masking_arguments(args, tokenizer), seed=args.seed, training=True,
                            shuffle_buffer_size=args.shuffle_buffer_size)
