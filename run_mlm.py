@@ -204,13 +204,14 @@ def main(args):
                    started_from=args.model_name_or_path)  # None: random weights.
 
     # Train in rounds, each ending with an evaluation, checkpointing as it goes.
-    training_data, eval_data = distributed_datasets(args, strategy, plan, tokenizer, train_files, eval_files)
+    masking = masking_arguments(args, tokenizer)  # Once: the word-start table reads the whole vocabulary.
+    training_data, eval_data = distributed_datasets(args, strategy, plan, masking, train_files, eval_files)
     round_end = RoundEnd(results, os.path.join(args.output_dir if is_chief else checkpoints.directory, "logs"),
                          learning_rate, throughput)
     stopper = CheckpointAndStop(checkpoints, args.checkpoint_every_steps, strategy, start_step, is_chief)
     with damaged_shards_named(train_files + eval_files):
         if args.input_check_seconds:
-            check_input_pipeline(args, strategy, plan, tokenizer, train_files, throughput, results)
+            check_input_pipeline(args, strategy, plan, masking, train_files, throughput, results)
         if start_step == 0 and eval_files:
             metrics = trainer.evaluate(eval_data, steps=plan.eval_steps, return_dict=True, verbose=0)
             logger.info("Evaluation before training: %s", format_metrics(metrics))
@@ -321,9 +322,10 @@ def choose_words(input_ids, is_special, word_starts, mask_seed, replace_seed, ml
                  spans):
     """(chosen, replace_draw) of mask_tokens, [batch, length] each, for whole words: a token starts a word where
     `word_starts` says so, at a sample's start, and after a special token that starts a word (each such special
-    is a word of its own, never chosen; <unk>, for unknown characters, stays inside its word). Every draw is made per word slot (a row has at most `length` words) and spread over the
-    word's tokens, so a word is chosen, and replaced 80/10/10, as a whole; each word with probability
-    `mlm_probability`, which is thus also the expected share of tokens.
+    is a word of its own, never chosen; <unk>, for unknown characters, stays inside its word). Every draw is made
+    per word slot (a row has at most `length` words) and spread over the word's tokens, so a word is chosen, and
+    replaced 80/10/10, as a whole; each word with probability `mlm_probability`, which is thus also the expected
+    share of tokens.
 
     With `spans`, words are chosen in SpanBERT's spans: a span of Geometric(0.2) words, clipped at
     MAX_SPAN_WORDS, starts at each word slot with the probability span_start_probability(); a word is chosen when
@@ -381,7 +383,8 @@ def word_start_table(tokenizer):
     """[vocabulary] booleans, True for the tokens that begin a word, read once from the tokenizer's pieces: for
     SentencePiece-style tokenizers (Metaspace, this pipeline's Unigram), those beginning with "▁"; for
     WordPiece (BERT's), those not beginning with "##"; for byte-level BPE (GPT-2, RoBERTa), "Ġ". Specials begin
-    a word, but <unk>, which stands for characters inside one. Raises UserError for a tokenizer whose pieces do not show where words begin."""
+    a word, but <unk>, which stands for characters inside one. Raises UserError for a tokenizer whose pieces do
+    not show where words begin."""
     backend = json.loads(tokenizer.backend_tokenizer.to_str()) if tokenizer.is_fast else {}
     pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     layout = json.dumps([backend.get("pre_tokenizer"), backend.get("decoder")])
@@ -723,10 +726,10 @@ def masking_arguments(args, tokenizer):
                 word_starts=None if args.masking == "token" else word_start_table(tokenizer))
 
 
-def distributed_datasets(args, strategy, plan, tokenizer, train_files, eval_files):
+def distributed_datasets(args, strategy, plan, masking, train_files, eval_files):
     """(training(first_step), evaluation): on each host, make_dataset over its own shards, for its own replicas.
-    Training batches hold every micro-batch of a step; evaluation is the plan.eval_steps batches of every round."""
-    masking = masking_arguments(args, tokenizer)
+    Training batches hold every micro-batch of a step; evaluation is the plan.eval_steps batches of every round.
+    `masking`: masking_arguments."""
 
     def distribute(files, seed, batch_size, **kwargs):
         return strategy.distribute_datasets_from_function(lambda input_context: make_dataset(
@@ -1057,7 +1060,7 @@ def pull_batches(iterator, num_batches):
         iterator.get_next()
 
 
-def check_input_pipeline(args, strategy, plan, tokenizer, train_files, throughput, results):
+def check_input_pipeline(args, strategy, plan, masking, train_files, throughput, results):
     """Times this host's input pipeline alone, as training builds it, with no model, for about
     --input_check_seconds, after its shuffle buffer has filled; logs its samples/s and, where the devices' peak is
     known, what training would take at that peak. (One process drives every host of a TPU pod: it times host 0's.)"""
@@ -1065,7 +1068,7 @@ def check_input_pipeline(args, strategy, plan, tokenizer, train_files, throughpu
     host = resolver.task_id if resolver is not None and resolver.task_id is not None else 0
     dataset = make_dataset(train_files, tf.distribute.InputContext(plan.num_hosts, host, plan.replicas_per_host),
                            batch_size=plan.batch_per_replica_step, max_length=args.max_length,
-                           masking=masking_arguments(args, tokenizer), seed=args.seed, training=True,
+                           masking=masking, seed=args.seed, training=True,
                            shuffle_buffer_size=args.shuffle_buffer_size)
     with tf.device("/cpu:0"):  # The host's CPU, wherever the devices are.
         iterator = iter(dataset)
