@@ -1304,6 +1304,12 @@ def restore_last_checkpoint(args, trainer, is_chief):
         check_checkpoint(latest, directory)
     checkpoint = tf.train.Checkpoint(model=trainer.mlm, optimizer=trainer.optimizer)
     if latest:
+        # Adam's moments now, not at the first step: each restored when created would read the checkpoint again
+        # (over gs://, a minute for the tests' tiny model). As Keras creates them at the first step: 🤗's
+        # AdamWeightDecay is a legacy Keras optimizer, the Adam of --weight_decay_rate 0 a current one.
+        optimizer = trainer.optimizer
+        create_state = getattr(optimizer, "_create_all_weights", None) or optimizer.build
+        create_state(trainer.mlm.trainable_variables)
         checkpoint.restore(latest)
         logger.info("Resuming from %s, at step %d", latest, int(trainer.optimizer.iterations.numpy()))
     return tf.train.CheckpointManager(checkpoint, directory if is_chief else tempfile.mkdtemp(), max_to_keep=3)

@@ -19,7 +19,8 @@ for name in ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST", "GOOGLE_
 
 import pytest  # noqa: E402
 
-from helpers import MAX_LENGTH, SHARD_LINES, TOKENIZER_LINES, WIKITEXT, run_main, run_script  # noqa: E402
+from helpers import (MAX_LENGTH, SHARD_LINES, TOKENIZER_LINES, VALIDATION_LINES, WIKITEXT, run_main,  # noqa: E402
+                     tiny_mlm_args)
 
 
 @pytest.fixture(scope="session")
@@ -35,9 +36,12 @@ def tokenizer_dir(tmp_path_factory):
 def shards_dir(tokenizer_dir, tmp_path_factory):
     """Train and validation shards written by prepare_tfrecord_shards.py: samples of MAX_LENGTH tokens."""
     output_dir = tmp_path_factory.mktemp("shards") / "tfrecords"
+    validation_file = output_dir.parent / "validation.txt"
+    with open(WIKITEXT / "validation.txt", encoding="utf-8") as f:
+        validation_file.write_text("".join(f.readline() for _ in range(VALIDATION_LINES)), encoding="utf-8")
     run_main("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
-               "--train_file", WIKITEXT / "train.txt", "--validation_file", WIKITEXT / "validation.txt",
-             "--limit", SHARD_LINES, "--max_length", MAX_LENGTH, "--shard_size", 100, "--output_dir", output_dir)
+             "--train_file", WIKITEXT / "train.txt", "--validation_file", validation_file, "--limit", SHARD_LINES,
+             "--max_length", MAX_LENGTH, "--shard_size", 100, "--output_dir", output_dir)
     return output_dir
 
 
@@ -56,7 +60,5 @@ def tiny_config_dir(tmp_path_factory):
 def pretrained_model_dir(shards_dir, tokenizer_dir, tiny_config_dir, tmp_path_factory):
     """A tiny masked-LM folder saved by run_mlm.py after a few steps: the input of run_classification.py."""
     output_dir = tmp_path_factory.mktemp("pretrained") / "mlm-model"
-    run_script("run_mlm.py", "--train_dataset", shards_dir / "train", "--tokenizer", tokenizer_dir,
-               "--pretrained_model_config", tiny_config_dir, "--max_length", MAX_LENGTH, "--per_replica_batch_size", 8,
-               "--learning_rate", 3e-3, "--warmup_steps", 2, "--max_steps", 20, "--no_tpu", "--output_dir", output_dir)
+    run_main("run_mlm.py", *tiny_mlm_args(shards_dir, tokenizer_dir, tiny_config_dir, output_dir), "--max_steps", 20)
     return output_dir

@@ -9,6 +9,7 @@ import io
 import logging
 import os
 import random
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,10 +19,20 @@ REPO = Path(__file__).resolve().parents[1]
 WIKITEXT = REPO / "tests" / "data" / "wikitext-2"
 # Lines of tests/data/wikitext-2 read by the fixtures (train.txt has 1,500, validation.txt 500): small enough to keep
 # the suite fast, large enough for a vocabulary of 1,000 and dozens of shards. Both are below the length of train.txt,
-# so --limit cuts it; validation.txt is read whole.
+# so --limit cuts it; the validation shards hold the first VALIDATION_LINES lines of validation.txt (about 300
+# samples: every evaluation of a training run reads them all).
 TOKENIZER_LINES = 1000
 SHARD_LINES = 1400
+VALIDATION_LINES = 200
 MAX_LENGTH = 64
+
+
+def tiny_mlm_args(shards_dir, tokenizer_dir, config_dir, output_dir):
+    """run_mlm.py's flags for quick steps of a tiny model on the session's training shards, on the CPU, without the
+    input check before training (test_run_mlm.py times it)."""
+    return ["--train_dataset", shards_dir / "train", "--tokenizer", tokenizer_dir, "--pretrained_model_config", config_dir, "--max_length", MAX_LENGTH,
+            "--per_replica_batch_size", 8, "--learning_rate", 3e-3, "--warmup_steps", 2, "--input_check_seconds", 0,
+            "--no_tpu", "--output_dir", output_dir]
 
 
 def run_script(script, *args, expect_failure=False, env=None, timeout=600, prefix=()):
@@ -54,8 +65,9 @@ def run_main(script, *args, expect_failure=False):
     the run) and printed, then, when it stops on bad input, the line its entry point prints: "error: " and the
     UserError's message, with status 1; argparse's refusals exit with 2. Any other exception propagates: it fails the
     test with its traceback, as a traceback in a script's output would. What the run changes in this process is put
-    back: sys.argv, the working folder, os.environ, the root logger, the random seeds, the Keras precision policy; what
-    it leaves for its process's end runs at the run's end.
+    back: sys.argv, the working folder, os.environ, the root logger, the random seeds, the Keras precision policy, the
+    handlers of SIGTERM and SIGINT; Keras forgets its models; what it leaves for its process's end runs at the run's
+    end.
     """
     from utils import UserError
 
@@ -105,6 +117,7 @@ def _process_state_restored():
     import numpy as np
 
     root = logging.getLogger()
+    saved_signals = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     saved_argv, saved_cwd, saved_environ = sys.argv, os.getcwd(), dict(os.environ)
     saved_handlers, saved_level = root.handlers[:], root.level
     saved_random, saved_numpy = random.getstate(), np.random.get_state()
@@ -129,6 +142,9 @@ def _process_state_restored():
             sys.modules["tensorflow"].random.set_seed(tensorflow_seed)
         if "tf_keras" in sys.modules:
             sys.modules["tf_keras"].mixed_precision.set_global_policy(policy)
+            sys.modules["tf_keras"].backend.clear_session()  # The run's models and their graphs, out of memory.
+        for signum, handler in saved_signals.items():
+            signal.signal(signum, handler)
 
 
 def assert_entry_point_error(result, message):

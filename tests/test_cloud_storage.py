@@ -1,8 +1,8 @@
 """The pipeline with every path on gs://, against a Cloud Storage emulator on 127.0.0.1 (tests/gcs_emulator.py).
 
-Each script runs in its own process with the emulator's environment (TensorFlow reaches it through a loopback TLS
-proxy, google-cloud-storage directly), under strace: a test fails if any process connected anywhere but 127.0.0.1
-or ::1, whether to Google, to a metadata server or to a DNS server.
+Each script that reaches gs:// runs in its own process with the emulator's environment (TensorFlow reaches it through
+a loopback TLS proxy, google-cloud-storage directly), under strace: a test fails if any process connected anywhere
+but 127.0.0.1 or ::1, whether to Google, to a metadata server or to a DNS server.
 """
 
 import http.server
@@ -19,7 +19,7 @@ import time
 import pytest
 
 from gcs_emulator import GcsEmulator
-from helpers import MAX_LENGTH, REPO, WIKITEXT, run_script
+from helpers import MAX_LENGTH, REPO, WIKITEXT, run_main, run_script
 
 CONNECTED_ADDRESS = re.compile(r'connect\(\d+, \{sa_family=AF_INET6?, .*?(?:inet_addr\("([^"]+)"\)|'
                                r'inet_pton\(AF_INET6, "([^"]+)")')
@@ -106,9 +106,9 @@ def test_whole_pipeline_on_cloud_storage(gcs, tiny_config_dir, tmp_path):
     run_traced(tmp_path, "prepare_tfrecord_shards.py", "--tokenizer_name_or_path", "gs://pipeline/tokenizer",
                "--train_file", "gs://pipeline/data/train.txt", "--validation_file", "gs://pipeline/data/validation.txt",
                *shard_args, "--output_dir", "gs://pipeline/tfrecords", env=env)
-    run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir, "--train_file",
-               tmp_path / "train.txt", "--validation_file", tmp_path / "validation.txt", *shard_args,
-               "--output_dir", tmp_path / "tfrecords")
+    run_main("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir, "--train_file",
+             tmp_path / "train.txt", "--validation_file", tmp_path / "validation.txt", *shard_args,
+             "--output_dir", tmp_path / "tfrecords")
     for split in ("train", "validation"):
         on_gcs = objects(gcs, "pipeline", f"tfrecords/{split}/")
         local = {path.name: path.read_bytes() for path in (tmp_path / "tfrecords" / split).iterdir()}
@@ -123,7 +123,8 @@ def test_whole_pipeline_on_cloud_storage(gcs, tiny_config_dir, tmp_path):
                   "gs://pipeline/tfrecords/validation", "--tokenizer", "gs://pipeline/tokenizer",
                   "--pretrained_model_config", "gs://pipeline/config", "--max_length", MAX_LENGTH, "--no_tpu",
                   "--per_replica_batch_size", 8, "--learning_rate", 3e-3, "--warmup_steps", 2, "--max_steps", 300,
-                  "--eval_every_steps", 150, "--checkpoint_every_steps", 1000, "--output_dir", "gs://pipeline/model"]
+                  "--eval_every_steps", 150, "--checkpoint_every_steps", 1000, "--input_check_seconds", 0,
+                  "--output_dir", "gs://pipeline/model"]
     log_file = tmp_path / "connect-interrupted.log"
     process = subprocess.Popen([*strace(log_file), sys.executable, str(REPO / "run_mlm.py"), *map(str, train_args)],
                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -158,11 +159,10 @@ def test_whole_pipeline_on_cloud_storage(gcs, tiny_config_dir, tmp_path):
     for name, data in model.items():
         if "/" not in name:  # The saved model, without checkpoints and logs.
             (model_dir / name).write_bytes(data)
-    code = ("from transformers import pipeline; import json, sys; "
-            f"fill = pipeline('fill-mask', model='{model_dir}', framework='tf', dtype=None); "
-            "json.dump(fill('The game was released in <mask> .'), sys.stdout)")
-    predictions = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                            check=True).stdout)
+    from transformers import pipeline
+
+    predictions = pipeline("fill-mask", model=str(model_dir), framework="tf", dtype=None)(
+        "The game was released in <mask> .")
     assert len(predictions) == 5 and all(p["sequence"].startswith("The game was released in") for p in predictions)
 
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from helpers import MAX_LENGTH, WIKITEXT, run_script
+from helpers import MAX_LENGTH, WIKITEXT, run_main
 from test_export_model import MLM_TEXTS, assert_numpy_forward_gives, masked_lm_logits, tensorflow_logits
 
 SHORT = 32  # Phase 1's length; phase 2 runs at MAX_LENGTH.
@@ -17,7 +17,7 @@ SHORT = 32  # Phase 1's length; phase 2 runs at MAX_LENGTH.
 @pytest.fixture(scope="module")
 def short_shards_dir(tokenizer_dir, tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("short-shards") / "tfrecords"
-    run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
+    run_main("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
                "--train_file", WIKITEXT / "train.txt", "--validation_file", WIKITEXT / "validation.txt",
                "--limit", 600, "--max_length", SHORT, "--shard_size", 200, "--output_dir", output_dir)
     return output_dir
@@ -25,8 +25,8 @@ def short_shards_dir(tokenizer_dir, tmp_path_factory):
 
 def flags(shards, max_length, output_dir, *more):
     return ["--train_dataset", shards / "train", "--eval_dataset", shards / "validation", "--max_length", max_length,
-            "--per_replica_batch_size", 8, "--learning_rate", 3e-3, "--warmup_steps", 1, "--no_tpu",
-            "--output_dir", output_dir, *more]
+            "--per_replica_batch_size", 8, "--learning_rate", 3e-3, "--warmup_steps", 1, "--input_check_seconds", 0,
+            "--no_tpu", "--output_dir", output_dir, *more]
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def phase_1_dir(short_shards_dir, tokenizer_dir, tiny_config_dir, tmp_path_facto
     """Phase 1: the tiny RoBERTa (positions for MAX_LENGTH tokens) trained at SHORT tokens, with evaluations. From
     a zero output bias: its evaluations then tell the trained model from a new one, and from a frequency table."""
     output_dir = tmp_path_factory.mktemp("phase-1") / "model"
-    run_script("run_mlm.py", *flags(short_shards_dir, SHORT, output_dir, "--tokenizer", tokenizer_dir,
+    run_main("run_mlm.py", *flags(short_shards_dir, SHORT, output_dir, "--tokenizer", tokenizer_dir,
                                     "--pretrained_model_config", tiny_config_dir, "--max_steps", 20,
                                     "--output_bias", "zeros"))
     return output_dir
@@ -49,7 +49,7 @@ def test_a_saved_model_continues_where_it_stopped(weights, phase_1_dir, short_sh
     start = phase_1_dir if weights == "tensorflow" else phase_1_dir / "pytorch"
     output_dir = tmp_path / "continued"
     command = flags(short_shards_dir, SHORT, output_dir, "--model_name_or_path", start, "--max_steps", 2)
-    run_script("run_mlm.py", *command)
+    run_main("run_mlm.py", *command)
     before, saved = results(output_dir)["step_0_eval"], results(phase_1_dir)["final_eval"]
     # Same shards, same masks: the evaluation of the saved model, with its own LM head (its bias not reset to the
     # token frequencies), far from that of a new model.
@@ -64,14 +64,14 @@ def test_a_saved_model_continues_where_it_stopped(weights, phase_1_dir, short_sh
     assert_numpy_forward_gives(expected, output_dir / "pytorch", masked_lm_logits, inputs)
 
     if weights == "pytorch copy":  # Resumes from its own checkpoint, not from the model it started from.
-        result = run_script("run_mlm.py", *command[:-1], 3)
+        result = run_main("run_mlm.py", *command[:-1], 3)
         assert f"Resuming from {output_dir}/checkpoints/ckpt-2, at step 2" in result.stderr
         assert "Evaluation before training" not in result.stderr and results(output_dir)["step"] == 3
 
 
 def test_a_second_phase_at_a_longer_length(phase_1_dir, shards_dir, tmp_path):
     output_dir = tmp_path / "phase-2"
-    run_script("run_mlm.py", *flags(shards_dir, MAX_LENGTH, output_dir, "--model_name_or_path", phase_1_dir,
+    run_main("run_mlm.py", *flags(shards_dir, MAX_LENGTH, output_dir, "--model_name_or_path", phase_1_dir,
                                     "--config_overrides", "hidden_dropout_prob=0.05", "--max_steps", 2))
     assert results(output_dir)["step"] == 2
     config = json.loads((output_dir / "config.json").read_text())
@@ -102,7 +102,7 @@ def test_what_would_not_continue_the_model_is_refused(phase_1_dir, tokenizer_dir
         model_config(model_config_args(phase_1_dir, max_length=80), tokenizer)
 
     other_dir = tmp_path / "other-tokenizer"
-    run_script("train_unigram.py", "--train_file", WIKITEXT / "validation.txt", "--vocab_size", 900,
+    run_main("train_unigram.py", "--train_file", WIKITEXT / "validation.txt", "--vocab_size", 900,
                "--output_dir", other_dir)
     with pytest.raises(UserError, match=r"--tokenizer .* is not the tokenizer of the model .*: 900 tokens, the "
                                         r"model's 1000\. .*Drop --tokenizer \(the model's is the default\), and "

@@ -24,10 +24,10 @@ CLASSIFICATION_TEXTS = ["What is the exchange rate for euros?", "My card has not
 def classifier_dir(pretrained_model_dir, tmp_path_factory):
     """A classifier fine-tuned by run_classification.py from the tiny masked LM, for two epochs."""
     output_dir = tmp_path_factory.mktemp("classifier") / "model"
-    run_script("run_classification.py", "--model_name_or_path", pretrained_model_dir,
-               "--train_file", BANKING77 / "train.csv", "--test_file", BANKING77 / "test.csv",
-               "--label_column", "category", "--max_length", 32, "--per_replica_batch_size", 8,
-               "--learning_rate", 5e-3, "--num_epochs", 2, "--no_tpu", "--output_dir", output_dir)
+    run_main("run_classification.py", "--model_name_or_path", pretrained_model_dir,
+             "--train_file", BANKING77 / "train.csv", "--test_file", BANKING77 / "test.csv",
+             "--label_column", "category", "--max_length", 32, "--per_replica_batch_size", 8,
+             "--learning_rate", 5e-3, "--num_epochs", 2, "--no_tpu", "--output_dir", output_dir)
     return output_dir
 
 

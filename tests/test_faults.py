@@ -17,7 +17,7 @@ import tensorflow as tf
 import run_classification
 import run_mlm
 import utils
-from helpers import MAX_LENGTH, REPO, WIKITEXT, run_script, unfinished_copy
+from helpers import MAX_LENGTH, REPO, WIKITEXT, run_main, tiny_mlm_args, unfinished_copy
 from utils import UserError
 
 
@@ -239,16 +239,15 @@ def test_a_claim_in_a_bucket_is_a_lease_that_expires_and_one_of_two_runs_wins(bu
 def test_the_same_command_twice_into_one_folder_is_refused_and_a_killed_run_does_not_block(
         shards_dir, tokenizer_dir, tiny_config_dir, tmp_path):
     output_dir = tmp_path / "model"
-    args = ["--train_dataset", shards_dir / "train", "--tokenizer", tokenizer_dir, "--pretrained_model_config",
-            tiny_config_dir, "--max_length", MAX_LENGTH, "--per_replica_batch_size", 8, "--warmup_steps", 0,
-            "--no_tpu", "--max_steps", 10**6, "--checkpoint_every_steps", 10, "--output_dir", output_dir]
+    args = [*tiny_mlm_args(shards_dir, tokenizer_dir, tiny_config_dir, output_dir), "--max_steps", 10**6,
+            "--checkpoint_every_steps", 10]
     first = subprocess.Popen([sys.executable, str(REPO / "run_mlm.py"), *map(str, args)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         for line in first.stderr:
             if "Steps 1 to " in line:
                 break
-        second = run_script("run_mlm.py", *args, expect_failure=True)
+        second = run_main("run_mlm.py", *args, expect_failure=True)
         assert (f"error: another run is writing into --output_dir '{output_dir}': process {first.pid} on host "
                 f"{socket.gethostname()}, started ") in second.stderr
         assert "Model:" not in second.stderr and "Traceback" not in second.stderr  # At once.
@@ -259,7 +258,7 @@ def test_the_same_command_twice_into_one_folder_is_refused_and_a_killed_run_does
         first.wait()
     assert (output_dir / "running.json").exists()
     last_step = int(tf.train.latest_checkpoint(str(output_dir / "checkpoints")).rsplit("-", 1)[1])
-    third = run_script("run_mlm.py", *args[:-4], "--max_steps", last_step + 2, "--output_dir", output_dir)
+    third = run_main("run_mlm.py", *args, "--max_steps", last_step + 2)
     assert f"names a run that ended without releasing it (process {first.pid}" in third.stderr
     assert f"Resuming from {output_dir / 'checkpoints' / f'ckpt-{last_step}'}" in third.stderr
     assert not (output_dir / "running.json").exists() and (output_dir / "tf_model.h5").exists()
@@ -321,10 +320,9 @@ def test_a_full_disk_while_checkpointing_keeps_the_last_checkpoint_and_the_same_
     config_bytes = sum(path.stat().st_size for path in (pretrained_model_dir / "checkpoints" / "config").iterdir())
     disk = small_disk(config_bytes + checkpoint_bytes * 3 // 2 + 128 * 1024)
     output_dir = disk / "model"
-    args = ["--train_dataset", shards_dir / "train", "--tokenizer", tokenizer_dir, "--pretrained_model_config",
-            tiny_config_dir, "--max_length", MAX_LENGTH, "--per_replica_batch_size", 8, "--warmup_steps", 0,
-            "--no_tpu", "--max_steps", 30, "--checkpoint_every_steps", 10, "--output_dir", output_dir]
-    result = run_script("run_mlm.py", *args, expect_failure=True)
+    args = [*tiny_mlm_args(shards_dir, tokenizer_dir, tiny_config_dir, output_dir), "--max_steps", 30,
+            "--checkpoint_every_steps", 10]
+    result = run_main("run_mlm.py", *args, expect_failure=True)
     assert (f"error: no space left to write the checkpoint of step 20 in '{output_dir / 'checkpoints'}': the disk "
             "is full (No space left on device). The checkpoints in "
             f"'{output_dir / 'checkpoints'}' are intact, the last '{output_dir / 'checkpoints' / 'ckpt-10'}': free "
@@ -334,7 +332,7 @@ def test_a_full_disk_while_checkpointing_keeps_the_last_checkpoint_and_the_same_
         "checkpoint", "ckpt-10.data-00000-of-00001", "ckpt-10.index", "config"]  # The failed save's files gone.
     assert not (output_dir / "running.json").exists()
     small_disk(64 * 2**20)  # Space freed.
-    result = run_script("run_mlm.py", *args)
+    result = run_main("run_mlm.py", *args)
     assert f"Resuming from {output_dir / 'checkpoints' / 'ckpt-10'}, at step 10" in result.stderr
     assert json.loads((output_dir / "training_results.json").read_text())["saved_model_step"] == 30
 

@@ -12,7 +12,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from helpers import (MAX_LENGTH, WIKITEXT, assert_entry_point_error, cut_parts, part_stream, read_split, run_main,
-                     run_script)
+                     run_script, tiny_mlm_args)
 
 # Looked up, not imported: importing Beam takes seconds, paid only where a test needs it.
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("apache_beam") is None,
@@ -51,9 +51,8 @@ def test_each_part_of_each_file_is_cut_on_its_own_and_run_mlm_trains_on_it(beam_
         1 for path, _ in files for line in Path(path).read_text().split("\n") if line.strip())
 
     # run_mlm.py reads and trains on them as on the local script's.
-    result = run_script("run_mlm.py", "--train_dataset", beam_shards / "train", "--tokenizer", tokenizer_dir,
-                        "--pretrained_model_config", tiny_config_dir, "--max_length", MAX_LENGTH,
-                        "--per_replica_batch_size", 8, "--max_steps", 3, "--no_tpu", "--output_dir", tmp_path / "model")
+    result = run_main("run_mlm.py", *tiny_mlm_args(beam_shards, tokenizer_dir, tiny_config_dir, tmp_path / "model"),
+                      "--max_steps", 3)
     assert f"Training: {len(samples)} samples in {len(manifest['shards'])} shards" in result.stderr
     assert "Trained 3 steps" in result.stderr and (tmp_path / "model" / "tf_model.h5").exists()
 

@@ -159,7 +159,7 @@ def test_the_scripts_take_the_pytorch_copy_of_a_model_folder(pretrained_model_di
     import transformers
 
     import run_classification
-    from helpers import run_script
+    from helpers import run_main
     from test_export_model import assert_same_weights
 
     pytorch_dir = pretrained_model_dir / "pytorch"
@@ -174,7 +174,7 @@ def test_the_scripts_take_the_pytorch_copy_of_a_model_folder(pretrained_model_di
                for weight in classifier.roberta.weights)
 
     # export_model.py makes a complete model folder of it: TensorFlow's weights, the PyTorch copy in pytorch/ only.
-    run_script("export_model.py", pytorch_dir, "--output_dir", tmp_path / "exported")
+    run_main("export_model.py", pytorch_dir, "--output_dir", tmp_path / "exported")
     assert (tmp_path / "exported" / "tf_model.h5").exists()
     assert not (tmp_path / "exported" / "model.safetensors").exists()
     assert_same_weights(tmp_path / "exported", pretrained_model_dir)

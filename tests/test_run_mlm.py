@@ -1,5 +1,6 @@
 """run_mlm.py: input checks, choice of strategy, and training end to end (interrupted, resumed, used)."""
 
+import argparse
 import json
 import re
 import shutil
@@ -12,17 +13,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from safetensors import safe_open
+from transformers import pipeline
 
-from helpers import MAX_LENGTH, REPO, WIKITEXT, assert_entry_point_error, run_main, run_script, unfinished_copy
+from helpers import (MAX_LENGTH, REPO, WIKITEXT, assert_entry_point_error, run_main, run_script, tiny_mlm_args,
+                     unfinished_copy)
 
 
 @pytest.fixture
 def train_args(shards_dir, tokenizer_dir, tiny_config_dir, tmp_path):
-    """Flags for a few quick steps of the tiny model on the session's shards, on the CPU."""
-    return ["--train_dataset", shards_dir / "train", "--eval_dataset", shards_dir / "validation",
-            "--tokenizer", tokenizer_dir, "--pretrained_model_config", tiny_config_dir, "--max_length", MAX_LENGTH,
-            "--per_replica_batch_size", 8, "--learning_rate", 3e-3, "--warmup_steps", 2, "--no_tpu",
-            "--output_dir", tmp_path / "model"]
+    """Flags for a few quick steps of the tiny model on the session's shards, evaluated on its validation shards."""
+    return [*tiny_mlm_args(shards_dir, tokenizer_dir, tiny_config_dir, tmp_path / "model"),
+            "--eval_dataset", shards_dir / "validation"]
 
 
 def assert_fails_before_building_the_model(result, *messages):
@@ -107,7 +108,7 @@ def test_train_interrupt_resume_and_fill_mask(train_args, tmp_path):
     model_dir = tmp_path / "model"
     # From a zero output bias, as 🤗 Transformers initialises it: learning the token frequencies shows at once.
     args = [*train_args, "--max_steps", 300, "--eval_every_steps", 150, "--checkpoint_every_steps", 10,
-            "--output_bias", "zeros"]
+            "--output_bias", "zeros", "--input_check_seconds", 1]
     command = [sys.executable, str(REPO / "run_mlm.py"), *map(str, args)]
 
     # Start, and kill the process (as a crash or a preempted machine would) once it has saved a checkpoint:
@@ -129,7 +130,7 @@ def test_train_interrupt_resume_and_fill_mask(train_args, tmp_path):
         (model_dir / "checkpoints" / f"ckpt-{interrupted_at + 5}{suffix}").write_bytes(b"cut short")
 
     # The same command again resumes from the last complete checkpoint and trains to the end.
-    result = run_script("run_mlm.py", *args)
+    result = run_main("run_mlm.py", *args)
     assert f"Resuming from {model_dir}/checkpoints/ckpt-{interrupted_at}, at step {interrupted_at}" in result.stderr
     assert "Evaluation before training" not in result.stderr
     assert f"Steps {interrupted_at + 1} to " in result.stderr
@@ -171,11 +172,8 @@ def test_train_interrupt_resume_and_fill_mask(train_args, tmp_path):
     assert {"tokens_per_second", "samples_per_second", "flops_per_token", "tflops"} <= train_tags
 
     # The saved model serves the fill-mask pipeline in a TensorFlow-only install.
-    code = ("from transformers import pipeline; import json, sys; "
-            f"fill = pipeline('fill-mask', model='{model_dir}', framework='tf', dtype=None); "
-            "json.dump(fill('The game was released in <mask> .'), sys.stdout)")
-    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    predictions = json.loads(output)
+    predictions = pipeline("fill-mask", model=str(model_dir), framework="tf", dtype=None)(
+        "The game was released in <mask> .")
     assert len(predictions) == 5 and all(0 <= p["score"] <= 1 for p in predictions)
     assert all(p["sequence"].startswith("The game was released in") for p in predictions)
 
@@ -313,15 +311,15 @@ def test_shards_of_an_interrupted_prepare_run_are_refused(train_args, tokenizer_
 
 
 def test_running_a_finished_run_again_says_it_is_complete(train_args, tmp_path):
-    args = [*train_args, "--max_steps", 4, "--eval_every_steps", 2]
-    run_script("run_mlm.py", *args)
+    args = [*train_args, "--max_steps", 4, "--eval_every_steps", 2, "--weight_decay_rate", 0]  # Keras' own Adam.
+    run_main("run_mlm.py", *args)
     saved = (tmp_path / "model" / "tf_model.h5").stat().st_mtime_ns
     result = run_main("run_mlm.py", *args)  # Exits with 0.
     assert f"The run in {tmp_path / 'model'} is already complete at step 4, and its model is saved there. " \
            "Nothing to do." in result.stderr
     assert "Model:" not in result.stderr and (tmp_path / "model" / "tf_model.h5").stat().st_mtime_ns == saved
     # Asked for more steps, it resumes from the last checkpoint.
-    result = run_script("run_mlm.py", *train_args, "--max_steps", 6, "--eval_every_steps", 2)
+    result = run_main("run_mlm.py", *args, "--max_steps", 6)
     assert f"Resuming from {tmp_path / 'model'}/checkpoints/ckpt-4, at step 4" in result.stderr
     assert json.loads((tmp_path / "model" / "training_results.json").read_text())["saved_model_step"] == 6
 
@@ -346,9 +344,34 @@ def test_the_seed_sets_the_initial_weights(train_args, tmp_path):
     same masked batches). utils.set_up_training seeds without keras.utils.set_random_seed, which fails on 3.12."""
     losses = {}
     for name, seed in (("first", 7), ("again", 7), ("other", 8)):
-        result = run_script("run_mlm.py", *train_args, "--max_steps", 3, "--seed", seed,
-                            "--output_dir", tmp_path / name)
+        result = run_main("run_mlm.py", *train_args, "--max_steps", 3, "--seed", seed,
+                          "--output_dir", tmp_path / name)
         losses[name] = [line.split(" run_mlm: ", 1)[1] for line in result.stderr.splitlines()
                         if "Evaluation before training: loss" in line]
     assert len(losses["first"]) == 1, losses
     assert losses["first"] == losses["again"] and losses["first"] != losses["other"], losses
+
+
+def test_a_resumed_run_has_its_optimizer_state_before_the_first_step(pretrained_model_dir, tmp_path):
+    """All of the checkpoint is restored at once: Adam's moments, restored only when the first step creates them,
+    would each read the checkpoint again (over gs://, a minute for this tiny model)."""
+    from transformers import AutoConfig, TFAutoModelForMaskedLM, create_optimizer
+
+    from run_mlm import MaskedLMTrainer, restore_last_checkpoint
+
+    shutil.copytree(pretrained_model_dir / "checkpoints", tmp_path / "checkpoints")
+    mlm = TFAutoModelForMaskedLM.from_config(AutoConfig.from_pretrained(pretrained_model_dir))
+    mlm.build_in_name_scope()
+    optimizer, _ = create_optimizer(init_lr=1e-3, num_train_steps=20, num_warmup_steps=0, weight_decay_rate=1e-3)
+    trainer = MaskedLMTrainer(mlm, mlm.config.vocab_size - 1)
+    trainer.compile(optimizer=optimizer)
+    restore_last_checkpoint(argparse.Namespace(output_dir=str(tmp_path), overwrite=False), trainer, is_chief=True)
+    assert int(optimizer.iterations.numpy()) == 20
+    reader = tf.train.load_checkpoint(str(tmp_path / "checkpoints" / "ckpt-20"))
+    for slot in ("m", "v"):
+        saved = [reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+                 if f".OPTIMIZER_SLOT/optimizer/{slot}/" in name]
+        restored = [optimizer.get_slot(variable, slot).numpy() for variable in mlm.trainable_variables]
+        assert len(saved) == len(restored) and sum(np.abs(tensor).sum() for tensor in restored) > 0
+        assert sum(np.abs(tensor).sum() for tensor in restored) == pytest.approx(
+            sum(np.abs(tensor).sum() for tensor in saved), rel=1e-6)
