@@ -107,6 +107,33 @@ def test_trains_with_the_gathered_head_under_xla_resumes_and_fine_tunes(model_ty
     assert np.isfinite(losses).all() and losses[1] < losses[0]
 
 
+@pytest.mark.fast
+def test_deberta_v1_with_relative_attention_is_refused_and_an_untested_type_is_warned_of(tokenizer_dir, tmp_path,
+                                                                                        caplog):
+    import argparse
+
+    from run_mlm import model_config
+    from utils import UserError
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    config_dir = tmp_path / "config"
+    tiny_config("deberta", tokenizer).save_pretrained(config_dir)
+    args = argparse.Namespace(model_name_or_path=None, pretrained_model_config=str(config_dir), max_length=MAX_LENGTH,
+                              config_overrides="relative_attention=True")
+    with pytest.raises(UserError, match=r"DeBERTa \(v1\) with relative_attention=True does not train under XLA.*Use "
+                                        r"deberta-v2 \(configs/deberta-v3-base.json\), or add "
+                                        r"relative_attention=False to --config_overrides"):
+        model_config(args, tokenizer)
+    assert model_config(argparse.Namespace(**{**vars(args), "config_overrides": None}), tokenizer).model_type == \
+        "deberta" and "not among the architectures tested" not in caplog.text
+
+    AutoConfig.for_model("roformer", **SIZES).save_pretrained(config_dir)
+    assert model_config(argparse.Namespace(**{**vars(args), "config_overrides": None}), tokenizer).model_type == \
+        "roformer"
+    assert "roformer is not among the architectures tested with this pipeline" in caplog.text
+    assert "it gets no PyTorch copy" in caplog.text
+
+
 # What Transformers 5 answers, run in PYTORCH_PYTHON: each model's loading report and logits.
 TRANSFORMERS_5 = """
 import json, sys

@@ -91,13 +91,13 @@ def test_fewer_shards_than_hosts_fails_clearly(shards_dir, tokenizer_dir, tiny_c
 def test_sigterm_saves_a_checkpoint_then_the_same_command_resumes(shards_dir, tokenizer_dir, tiny_config_dir,
                                                                   tmp_path):
     output_dir = tmp_path / "model"
-    args = tiny_run_args(shards_dir, tokenizer_dir, tiny_config_dir, output_dir) + [
-        "--max_steps", 1000, "--eval_every_steps", 250, "--checkpoint_every_steps", 5000]
+    args = tiny_mlm_args(shards_dir, tokenizer_dir, tiny_config_dir, output_dir) + [
+        "--max_steps", 500, "--eval_every_steps", 100, "--checkpoint_every_steps", 5000]
     process = subprocess.Popen([sys.executable, str(REPO / "run_mlm.py"), *map(str, args)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     # Once the first round has ended, in the middle of the second (on a quiet machine, 400 steps took under 4 s).
     for line in process.stderr:
-        if " run_mlm: Step 250: " in line:
+        if " run_mlm: Step 100: " in line:
             break
     process.send_signal(signal.SIGTERM)  # What a preempted VM receives.
     stderr = process.stderr.read()
@@ -106,12 +106,12 @@ def test_sigterm_saves_a_checkpoint_then_the_same_command_resumes(shards_dir, to
     saved = re.search(r"Stopped by SIGTERM at step (\d+), after saving checkpoint (\S+)\.", stderr)
     assert saved, stderr[-3000:]
     stopped_at = int(saved.group(1))
-    assert 250 <= stopped_at < 1000 and saved.group(2).endswith(f"ckpt-{stopped_at}")  # No periodic one was due.
+    assert 100 <= stopped_at < 500 and saved.group(2).endswith(f"ckpt-{stopped_at}")  # No periodic one was due.
     assert not (output_dir / "tf_model.h5").exists()
 
     result = run_main("run_mlm.py", *args)
     assert f"at step {stopped_at}" in result.stderr and f"Steps {stopped_at + 1} to " in result.stderr
-    assert json.loads((output_dir / "training_results.json").read_text())["step"] == 1000
+    assert json.loads((output_dir / "training_results.json").read_text())["step"] == 500
 
 
 def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(shards_dir, tokenizer_dir, tiny_config_dir,
