@@ -93,12 +93,16 @@ endif
 	$(ONLINE) $(BIN)/python benchmarks/fine_tuning.py --model $(OUT)/model $(CLASSIFICATION_DATA) \
 		--max_length $(DEMO_LENGTH) --learning_rate 1e-3 --no_probe --full_data --output_dir $(OUT)/banking77
 
+# One test process per core (at most 4, each holds TensorFlow), a test taken by whichever is free: a test spends most
+# of its time in one thread (starting TensorFlow, tracing a model, a subprocess).
+PARALLEL := -n auto --maxprocesses 4 --dist worksteal
+
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests $(PARALLEL)
 
 # The quick subset, for after every change (a few minutes on 2 cores): the tests marked `fast` (pytest.ini).
 test-fast: $(VENV)/.installed-test
-	$(BIN)/python -m pytest tests -m fast
+	$(BIN)/python -m pytest tests -m fast $(PARALLEL)
 
 # The saved models loaded where users take them: 🤗 Transformers 5 with PyTorch, no TensorFlow, in an environment of
 # its own (on Linux, PyPI's torch brings CUDA libraries; PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu

@@ -30,9 +30,9 @@ MAX_LENGTH = 64
 def tiny_mlm_args(shards_dir, tokenizer_dir, config_dir, output_dir):
     """run_mlm.py's flags for quick steps of a tiny model on the session's training shards, on the CPU, without the
     input check before training (test_run_mlm.py times it)."""
-    return ["--train_dataset", shards_dir / "train", "--tokenizer", tokenizer_dir, "--pretrained_model_config", config_dir, "--max_length", MAX_LENGTH,
-            "--per_replica_batch_size", 8, "--learning_rate", 3e-3, "--warmup_steps", 2, "--input_check_seconds", 0,
-            "--no_tpu", "--output_dir", output_dir]
+    return ["--train_dataset", shards_dir / "train", "--tokenizer", tokenizer_dir, "--pretrained_model_config",
+            config_dir, "--max_length", MAX_LENGTH, "--per_replica_batch_size", 8, "--learning_rate", 3e-3,
+            "--warmup_steps", 2, "--input_check_seconds", 0, "--no_tpu", "--output_dir", output_dir]
 
 
 def run_script(script, *args, expect_failure=False, env=None, timeout=600, prefix=()):

@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 from transformers import AutoTokenizer
 
-from helpers import (MAX_LENGTH, REPO, SHARD_LINES, WIKITEXT, assert_entry_point_error, cut_parts, part_stream,
-                     read_shard, read_split, run_main, run_script)
+from helpers import (MAX_LENGTH, REPO, SHARD_LINES, VALIDATION_LINES, WIKITEXT, assert_entry_point_error, cut_parts,
+                     part_stream, read_shard, read_split, run_main, run_script)
 from utils import vocabulary_fingerprint
 
 
@@ -21,8 +21,10 @@ def shard_index(path):
 
 
 @pytest.mark.fast
-@pytest.mark.parametrize("split,source", [("train", "train.txt"), ("validation", "validation.txt")])
-def test_samples_are_the_concatenated_tokens_cut_every_max_length(shards_dir, tokenizer_dir, split, source):
+@pytest.mark.parametrize("split,source,num_lines", [("train", "train.txt", SHARD_LINES),
+                                                    ("validation", "validation.txt", VALIDATION_LINES)])
+def test_samples_are_the_concatenated_tokens_cut_every_max_length(shards_dir, tokenizer_dir, split, source,
+                                                                   num_lines):
     split_dir = shards_dir / split
     shards = sorted(split_dir.glob("*.tfrecord"), key=shard_index)
     assert [shard_index(shard) for shard in shards] == list(range(len(shards)))
@@ -40,7 +42,7 @@ def test_samples_are_the_concatenated_tokens_cut_every_max_length(shards_dir, to
 
     # The same stream, built independently: tokenize each non-empty line, concatenate, cut.
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    lines = [line for line in (WIKITEXT / source).read_text().split("\n")[:SHARD_LINES] if line.strip()]
+    lines = [line for line in (WIKITEXT / source).read_text().split("\n")[:num_lines] if line.strip()]
     expected = [token for line in lines for token in tokenizer(line).input_ids]
     assert samples == expected[:len(samples)]
     assert len(expected) - len(samples) == manifest["dropped_tokens"] < MAX_LENGTH
