@@ -17,7 +17,7 @@ from transformers import (AutoConfig, AutoTokenizer, TFAutoModelForMaskedLM, TFA
 from helpers import MAX_LENGTH
 from run_classification import ClassifierTrainer
 from run_mlm import MaskedLMTrainer, mask_tokens, start_from_token_frequencies
-from utils import ARCHITECTURES, save_pytorch_copy
+from utils import ARCHITECTURES, save_pytorch_copy, set_seed
 
 # Hidden 64, 2 layers; DeBERTa-v3's attention (relative positions, shared keys, buckets; run_mlm.py refuses DeBERTa
 # v1's relative attention, which fails under XLA), and a smaller embedding where the models
@@ -61,7 +61,10 @@ def masked_batches(tokenizer, count):
 def test_trains_with_the_gathered_head_under_xla_resumes_and_fine_tunes(model_type, tokenizer_dir, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     config = tiny_config(model_type, tokenizer)
+    # No dropout in the encoders, and seeded weights and dropout masks in the classifiers' heads: the same steps
+    # whichever tests ran before in this process.
     config.update(dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, dropout=0.0, attention_dropout=0.0))
+    set_seed(0)
     mlm = built(TFAutoModelForMaskedLM, config)
     start_from_token_frequencies(mlm, np.log(np.full(len(tokenizer), 1 / len(tokenizer), np.float32)))
     trainer = MaskedLMTrainer(mlm, tokenizer.mask_token_id, jit_compile=True)
