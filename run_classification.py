@@ -33,9 +33,9 @@ import tf_keras as keras
 from transformers import TFAutoModelForSequenceClassification, create_optimizer
 
 from utils import (UserError, add_hardware_arguments, check_max_length, check_output_dir, count_hosts,
-                   data_files_format, fraction, load_config, load_pretrained_model, load_tokenizer, local_copy,
-                   non_negative_float, positive_float, positive_int, save_folder, save_pytorch_copy, set_up_training,
-                   strategy_name, write_model_card)
+                   create_optimizer_state, data_files_format, fraction, load_config, load_pretrained_model,
+                   load_tokenizer, local_copy, non_negative_float, positive_float, positive_int, save_folder,
+                   save_pytorch_copy, set_up_training, strategy_name, write_model_card)
 
 logger = logging.getLogger("run_classification")
 
@@ -189,6 +189,7 @@ def train(args, strategy, trainer, encoded, global_batch_size):
                                         weight_decay_rate=args.weight_decay_rate)
         # weighted_metrics=[]: ClassifierTrainer weighs the examples itself; this silences Keras' warning about it.
         trainer.compile(optimizer=optimizer, weighted_metrics=[], steps_per_execution=args.steps_per_execution)
+        create_optimizer_state(optimizer, trainer.classifier.trainable_variables)
     keep_best = keras.callbacks.EarlyStopping(monitor="val_accuracy", mode="max", restore_best_weights=True,
                                               patience=args.early_stopping_patience or args.num_epochs)
     tensorboard = keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs"), write_graph=False)
@@ -414,7 +415,8 @@ class ClassifierTrainer(keras.Model):
     batches counts for nothing, where Keras' compiled loss would divide by every row. The cross-entropy is computed
     in float32: bfloat16 is too coarse for a log-softmax. With `jit_compile`, each replica's forward and backward
     passes are compiled with XLA, the optimizer update not: Keras cannot compile an update of variables mirrored on
-    several devices (keras-team/tf-keras#385). A TPU compiles everything anyway.
+    several devices (keras-team/tf-keras#385). A TPU compiles everything anyway. As in run_mlm.py, the steps are
+    traced without AutoGraph: nothing in them branches on a tensor, and rewriting the model's source costs seconds.
     """
 
     def __init__(self, classifier, jit_compile=False):
@@ -423,7 +425,7 @@ class ClassifierTrainer(keras.Model):
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self.accuracy_tracker = keras.metrics.Mean(name="accuracy")
         self.compute_gradients, self.weighted_sums = (
-            tf.function(function, jit_compile=True) if jit_compile else function
+            tf.function(function, jit_compile=True, autograph=False) if jit_compile else function
             for function in (self._compute_gradients, self._weighted_sums))
 
     @property
@@ -447,6 +449,7 @@ class ClassifierTrainer(keras.Model):
         gradients = tape.gradient(sums[0], self.classifier.trainable_variables, unconnected_gradients="zero")
         return [tf.convert_to_tensor(gradient) for gradient in gradients], sums
 
+    @tf.autograph.experimental.do_not_convert
     def train_step(self, batch):
         gradient_sums, (cross_entropy_sum, correct, count) = self.compute_gradients(*batch)
         global_count = tf.distribute.get_replica_context().all_reduce("sum", count)
@@ -456,6 +459,7 @@ class ClassifierTrainer(keras.Model):
         self.optimizer.apply_gradients(zip(gradients, self.classifier.trainable_variables))
         return self._update_metrics(cross_entropy_sum, correct, count)
 
+    @tf.autograph.experimental.do_not_convert
     def test_step(self, batch):
         return self._update_metrics(*self.weighted_sums(*batch))
 

@@ -1214,6 +1214,13 @@ def set_seed(seed):
     tf.random.set_seed(seed)
 
 
+def create_optimizer_state(optimizer, variables):
+    """Creates the optimizer's state for `variables` (Adam's moments) now, as Keras would in the first training step,
+    where creating variables makes TensorFlow trace the step twice (seconds per run). 🤗's AdamWeightDecay is a
+    legacy Keras optimizer, the Adam of a weight decay of 0 a current one: each has its own method."""
+    (getattr(optimizer, "_create_all_weights", None) or optimizer.build)(variables)
+
+
 def use_jit_compile(args, on_tpu):
     """Whether to XLA-compile each replica's forward and backward pass: as --jit_compile says, else on with GPUs
     (where XLA's fused kernels pay) and off on a CPU (where they measured slower). A TPU compiles the whole step

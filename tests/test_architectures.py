@@ -17,7 +17,7 @@ from transformers import (AutoConfig, AutoTokenizer, TFAutoModelForMaskedLM, TFA
 from helpers import MAX_LENGTH
 from run_classification import ClassifierTrainer
 from run_mlm import MaskedLMTrainer, mask_tokens, start_from_token_frequencies
-from utils import ARCHITECTURES, save_pytorch_copy, set_seed
+from utils import ARCHITECTURES, create_optimizer_state, save_pytorch_copy, set_seed
 
 # Hidden 64, 2 layers; DeBERTa-v3's attention (relative positions, shared keys, buckets; run_mlm.py refuses DeBERTa
 # v1's relative attention, which fails under XLA), and a smaller embedding where the models
@@ -78,6 +78,7 @@ def test_trains_with_the_gathered_head_under_xla_resumes_and_fine_tunes(model_ty
 
     optimizer, _ = create_optimizer(init_lr=1e-2, num_train_steps=10, num_warmup_steps=0, weight_decay_rate=1e-3)
     trainer.compile(optimizer=optimizer)
+    create_optimizer_state(optimizer, mlm.trainable_variables)  # As the scripts do.
     dataset = tf.data.Dataset.from_tensor_slices({name: tf.stack([batch[name] for batch in batches])
                                                   for name in batches[0]})
     losses = trainer.fit(dataset.repeat(), steps_per_epoch=3, epochs=2, verbose=0).history["loss"]
@@ -106,6 +107,7 @@ def test_trains_with_the_gathered_head_under_xla_resumes_and_fine_tunes(model_ty
     data = tf.data.Dataset.from_tensors((features, np.arange(8) % 3, np.ones(8, np.float32))).repeat()
     classifier_trainer = ClassifierTrainer(classifier)
     classifier_trainer.compile(optimizer=keras.optimizers.Adam(1e-3))
+    create_optimizer_state(classifier_trainer.optimizer, classifier.trainable_variables)
     losses = classifier_trainer.fit(data, steps_per_epoch=4, epochs=2, verbose=0).history["loss"]
     assert np.isfinite(losses).all() and losses[1] < losses[0]
 

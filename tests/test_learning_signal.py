@@ -9,7 +9,7 @@ import tf_keras as keras
 from transformers import RobertaConfig, TFAutoModelForMaskedLM
 
 from run_mlm import MaskedLMTrainer, frequency_log_probs, mask_tokens, start_from_token_frequencies
-from utils import set_seed
+from utils import create_optimizer_state, set_seed
 
 SPECIAL_IDS = [0, 1, 2, 3, 4]  # <s>, <pad>, </s>, <unk>, <mask>, as train_unigram.py lays them out.
 MASK_ID = 4
@@ -71,6 +71,7 @@ def test_a_model_learns_far_beyond_token_frequency_where_the_context_tells():
     trainer = MaskedLMTrainer(tiny_mlm(45, 32), MASK_ID, frequency_log_probs=frequency_log_probs(token_counts,
                                                                                                  SPECIAL_IDS))
     trainer.compile(optimizer=keras.optimizers.Adam(learning_rate=1e-2))
+    create_optimizer_state(trainer.optimizer, trainer.mlm.trainable_variables)  # As run_mlm.py does.
     before = trainer.evaluate(evaluation, return_dict=True, verbose=0)
     trainer.fit(train.repeat(), steps_per_epoch=600, verbose=0)  # Seen here: 3.5 nats beyond from step 400.
     after = trainer.evaluate(evaluation, return_dict=True, verbose=0)

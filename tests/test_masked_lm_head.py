@@ -7,6 +7,7 @@ import tf_keras as keras
 from transformers import RobertaConfig, TFAutoModelForMaskedLM
 
 from run_mlm import MaskedLMTrainer, mask_tokens
+from utils import create_optimizer_state
 
 MASK_ID = 4
 CONFIG = RobertaConfig(vocab_size=500, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -66,6 +67,7 @@ def test_training_without_xla_equals_training_with_it():
         mlm.set_weights(initial_weights)
         trainer = MaskedLMTrainer(mlm, MASK_ID, gradient_accumulation_steps=2, jit_compile=jit_compile)
         trainer.compile(optimizer=keras.optimizers.SGD(learning_rate=0.5), steps_per_execution=3)
+        create_optimizer_state(trainer.optimizer, mlm.trainable_variables)  # As run_mlm.py does.
         histories[jit_compile] = trainer.fit(dataset, epochs=2, verbose=0).history
         weights[jit_compile] = mlm.get_weights()
     assert histories[False]["loss"][1] < histories[False]["loss"][0]  # It learns.
@@ -87,5 +89,6 @@ def test_many_steps_per_execution_without_xla_on_a_model_large_enough_for_graph_
     mlm.build_in_name_scope()
     trainer = MaskedLMTrainer(mlm, MASK_ID, gradient_accumulation_steps=2, jit_compile=False)
     trainer.compile(optimizer=keras.optimizers.SGD(learning_rate=0.1), steps_per_execution=4)
+    create_optimizer_state(trainer.optimizer, mlm.trainable_variables)  # As run_mlm.py does.
     losses = [trainer.fit(dataset, steps_per_epoch=4, verbose=0).history["loss"][0] for _ in range(2)]
     assert all(np.isfinite(losses))
