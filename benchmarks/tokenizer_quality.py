@@ -117,7 +117,7 @@ def run_variant(variant, train_file, validation_file, vocab_size, hf_n_sub_itera
             "seconds": seconds, "before": before, "peak": peak}
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--train_file", default=DEFAULT_DATA / "train.txt",
                         help="Text file to train on (default: %(default)s, the slice of WikiText-2 shipped for the "
@@ -134,8 +134,10 @@ def main():
     parser.add_argument("--seed", type=int, default=42,
                         help="Seed of that sample (default: %(default)s, train_unigram.py's).")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=VARIANTS)
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def main(args):
     print(describe_machine())
     print(f"train {args.train_file}, validation {args.validation_file}, vocab_size {args.vocab_size}, "
           f"sample_size {args.sample_size or 'all'}" + (f", seed {args.seed}" if args.sample_size else "") + "\n")
@@ -154,4 +156,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(parse_args())
