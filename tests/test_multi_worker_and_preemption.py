@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 from helpers import REPO, run_main, tiny_mlm_args
 
@@ -119,12 +118,11 @@ def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(shards_dir, t
     # A preempted host of a multi-worker job: the other hosts must stop at the same step, not wait for it forever.
     output_dir = tmp_path / "model"
     args = tiny_run_args(shards_dir, tokenizer_dir, tiny_config_dir, output_dir) + [
-        "--max_steps", 400, "--eval_every_steps", 200, "--checkpoint_every_steps", 1000]
+        "--max_steps", 40, "--eval_every_steps", 20, "--checkpoint_every_steps", 1000]
     chief, worker = start_workers(args)
-    for line in worker.stderr:
-        if "Steps 1 to 400 of 400" in line:
+    for line in worker.stderr:  # As training begins: the worker stops after its first step, and so must the chief.
+        if "Steps 1 to 40 of 40" in line:
             break
-    time.sleep(4)
     worker.send_signal(signal.SIGTERM)  # The non-chief only.
     try:
         chief_log, worker_log = (process.communicate(timeout=300)[1] for process in (chief, worker))
@@ -138,4 +136,4 @@ def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(shards_dir, t
     assert stopped, worker_log[-3000:]
     step = int(stopped.group(1))
     assert f"Stopped by a signal to another host at step {step}, after saving checkpoint " in chief_log
-    assert 0 < step < 400 and (output_dir / "checkpoints" / f"ckpt-{step}.index").exists()
+    assert 0 < step < 40 and (output_dir / "checkpoints" / f"ckpt-{step}.index").exists()
