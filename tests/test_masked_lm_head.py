@@ -1,12 +1,15 @@
 """MaskedLMTrainer's computation: the gathered LM head (logits only at masked positions) computes exactly what the
-full head does, and training without XLA (as on a TPU, where XLA is implicit) equals training with it."""
+full head does, training without XLA (as on a TPU, where XLA is implicit) equals training with it, and Keras traces
+a run's step once."""
+
+import argparse
 
 import numpy as np
 import tensorflow as tf
 import tf_keras as keras
-from transformers import RobertaConfig, TFAutoModelForMaskedLM
+from transformers import RobertaConfig, TFAutoModelForMaskedLM, create_optimizer
 
-from run_mlm import MaskedLMTrainer, mask_tokens
+from run_mlm import MaskedLMTrainer, mask_tokens, restore_last_checkpoint
 from utils import create_optimizer_state
 
 MASK_ID = 4
@@ -92,3 +95,18 @@ def test_many_steps_per_execution_without_xla_on_a_model_large_enough_for_graph_
     create_optimizer_state(trainer.optimizer, mlm.trainable_variables)  # As run_mlm.py does.
     losses = [trainer.fit(dataset, steps_per_epoch=4, verbose=0).history["loss"][0] for _ in range(2)]
     assert all(np.isfinite(losses))
+
+
+def test_a_run_creates_adams_moments_before_its_first_step_which_keras_then_traces_once(tmp_path):
+    # Created in the first step, as Keras would create them, they make TensorFlow trace the step twice: seconds
+    # for every run, minutes for a large model.
+    mlm = tiny_mlm()
+    optimizer, _ = create_optimizer(init_lr=1e-3, num_train_steps=4, num_warmup_steps=0, weight_decay_rate=1e-3)
+    trainer = MaskedLMTrainer(mlm, MASK_ID)
+    trainer.compile(optimizer=optimizer)
+    restore_last_checkpoint(argparse.Namespace(output_dir=str(tmp_path), overwrite=False), trainer, is_chief=True)
+    assert all(optimizer.get_slot(variable, "m").shape == variable.shape for variable in mlm.trainable_variables)
+    traces, compute_gradients = [], trainer.compute_gradients
+    trainer.compute_gradients = lambda batch: traces.append(batch) or compute_gradients(batch)  # Runs as it traces.
+    trainer.fit(dataset_of([masked_batch(seed) for seed in range(2)]), epochs=2, verbose=0)
+    assert len(traces) == 1 and int(optimizer.iterations.numpy()) == 4
