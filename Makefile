@@ -100,7 +100,7 @@ PARALLEL := -n auto --maxprocesses 4 --dist worksteal
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest tests $(PARALLEL)
 
-# The quick subset, for after every change (a few minutes on 2 cores): the tests marked `fast` (pytest.ini).
+# The quick subset, for after every change (about a minute on 2 cores): the tests marked `fast` (pytest.ini).
 test-fast: $(VENV)/.installed-test
 	$(BIN)/python -m pytest tests -m fast $(PARALLEL)
 
