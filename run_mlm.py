@@ -1309,8 +1309,8 @@ def restore_last_checkpoint(args, trainer, is_chief):
     latest = None if args.overwrite else last_checkpoint(directory)
     if latest:
         check_checkpoint(latest, directory)
-    # Adam's moments before the restore, not in the first step: a restore reads the checkpoint again for each
-    # variable created after it (over gs://, a minute for the tests' tiny model).
+    # Adam's moments now, in a new run too: created in the first step, they would make TensorFlow trace it twice; and
+    # each one created after a restore would read the checkpoint again (over gs://, a minute for the tests' model).
     create_optimizer_state(trainer.optimizer, trainer.mlm.trainable_variables)
     checkpoint = tf.train.Checkpoint(model=trainer.mlm, optimizer=trainer.optimizer)
     if latest:
