@@ -31,27 +31,28 @@ def parse(script, argv, monkeypatch):
     return importlib.import_module(script[:-len(".py")]).parse_args()
 
 
+def help_text(module, program, monkeypatch):
+    """What `program --help` prints: the module's parse_args() on --help, in this process."""
+    output = io.StringIO()
+    monkeypatch.setattr(sys, "argv", [program, "--help"])
+    with contextlib.redirect_stdout(output), pytest.raises(SystemExit):
+        module.parse_args()
+    return output.getvalue()
+
+
 @pytest.fixture(scope="module")
 def help_texts():
     """{script: its --help text}, for the pipeline scripts and the benchmark scripts."""
-    texts = {}
-    for script in scripts_here():
-        output = io.StringIO()
-        with contextlib.redirect_stdout(output), pytest.raises(SystemExit), pytest.MonkeyPatch.context() as patch:
-            parse(script, ["--help"], patch)
-        texts[script] = output.getvalue()
     with pytest.MonkeyPatch.context() as patch:
+        texts = {script: help_text(importlib.import_module(script[:-len(".py")]), script, patch)
+                 for script in scripts_here()}
         patch.syspath_prepend(str(REPO / "benchmarks"))  # Where they import common from.
         for path in sorted((REPO / "benchmarks").glob("*.py")):
             spec = importlib.util.spec_from_file_location(f"benchmarks.{path.stem}", path)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
             if hasattr(module, "parse_args"):  # common.py is no script.
-                output = io.StringIO()
-                patch.setattr(sys, "argv", [str(path), "--help"])
-                with contextlib.redirect_stdout(output), pytest.raises(SystemExit):
-                    module.parse_args()
-                texts[f"benchmarks/{path.name}"] = output.getvalue()
+                texts[f"benchmarks/{path.name}"] = help_text(module, str(path), patch)
     return texts
 
 
