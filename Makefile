@@ -146,11 +146,11 @@ install-tpu:
 	$(BIN)/pip install -r requirements-tpu.txt -c $(LOCKS)/requirements-tpu.txt
 	$(BIN)/pip install --no-deps $$(grep '^tf-keras==' requirements.txt)
 	touch $(VENV)/.installed-tpu
-	$(BIN)/python utils.py check-tpu
+	$(BIN)/python devices.py check-tpu
 
 # Prints "TPU build of TensorFlow X, libtpu Y: ..." when TensorFlow drives this machine's TPU, else what is wrong.
 check-tpu:
-	$(BIN)/python utils.py check-tpu
+	$(BIN)/python devices.py check-tpu
 
 # Re-resolves every lock to the newest versions the requirement files allow, with uv (pip-compile resolves only for
 # the Python that runs it; uv for any version named). One folder per Python the README names, as some packages

@@ -16,11 +16,11 @@ import json
 import logging
 import math
 import os
-import re
 
-from utils import (MANIFEST_NAME, Manifest, UserError, batches_of_texts, file_builder, finish_split, gcs_client,
-                   is_gcs_path, iter_text_file_lines, load_backend_tokenizer, open_file, plan_parts, split_gcs_path,
-                   start_split, write_part)
+from corpus import batches_of_texts, file_builder, iter_text_file_lines
+from models import load_backend_tokenizer
+from shards import MANIFEST_NAME, Manifest, finish_split, plan_parts, start_split, write_part
+from utils import UserError, gcs_client, gcs_glob_prefix, is_gcs_path, open_file
 
 logger = logging.getLogger("prepare_tfrecord_shards")
 
@@ -32,11 +32,10 @@ def match_files(patterns):
     files = {}
     for pattern in patterns:
         if is_gcs_path(pattern):
-            bucket, name = split_gcs_path(pattern)
-            prefix = re.split(r"[*?[]", name, maxsplit=1)[0]  # Listed up to the first wildcard, then matched.
+            bucket, prefix = gcs_glob_prefix(pattern)
             blobs = gcs_client().list_blobs(bucket, prefix=prefix)
             matches = {f"gs://{bucket}/{blob.name}": blob.size for blob in blobs
-                       if fnmatch.fnmatchcase(blob.name, name) and not blob.name.endswith("/")}
+                       if fnmatch.fnmatchcase(f"gs://{bucket}/{blob.name}", pattern) and not blob.name.endswith("/")}
         else:
             matches = {path: os.path.getsize(path) for path in glob.glob(pattern) if os.path.isfile(path)}
         if not matches:

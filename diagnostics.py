@@ -1,8 +1,8 @@
-"""What the scripts look at only when something has gone wrong, and `python utils.py check-tpu`.
+"""What the scripts look at only when something has gone wrong, and `python devices.py check-tpu`.
 
 Where a text file stops being UTF-8; whether the Hub can be reached; what to do when Cloud Storage refuses a path;
 what is wrong with an unreadable manifest; which shards are damaged; why TensorFlow cannot use the TPU chips that
-utils.local_tpu_chips found. Imported where needed: a successful run uses only the Hub check, on a Hub dataset.
+devices.local_tpu_chips found. Imported where needed: a successful run uses only the Hub check, on a Hub dataset.
 """
 
 import argparse
@@ -17,7 +17,7 @@ import re
 import sys
 
 def hub_unreachable_error(dataset_name, err):
-    """The message for a Hub that utils.check_hub_reachable could not reach."""
+    """The message for a Hub that corpus.check_hub_reachable could not reach."""
     return (
         f"cannot reach the dataset {dataset_name!r} on the Hugging Face Hub ({type(err).__name__}).\n"
         "Without network access, train on local files instead: --train_file (and for the shards --validation_file); "
@@ -79,7 +79,7 @@ def explain_gcs_error(path, bucket, err, *, write=False):
 
 def manifest_error(manifest_class, data, path):
     """The message saying what is wrong with the manifest in `data` (the bytes of the file at `path`), which
-    utils.Manifest.from_json could not read: not JSON, not an object, fields missing or of the wrong kind."""
+    shards.Manifest.from_json could not read: not JSON, not an object, fields missing or of the wrong kind."""
     advice = "Write the shards again with prepare_tfrecord_shards.py (with --overwrite)."
     try:
         fields = json.loads(data)
@@ -122,11 +122,11 @@ def explain_damaged_shards(files):
 # A TPU chip's device file: /dev/accel0, 1, ... for v2 to v4; /dev/vfio/0, 1, ... for v5e and later.
 TPU_DEVICE_FILE = re.compile(r"/dev/(accel|vfio/)\d+$")
 INSTALL_TPU_ADVICE = ("Install TensorFlow's TPU build as the README's \"On a TPU VM, from nothing\" says "
-                      "(`make install-tpu`), then check it with `python utils.py check-tpu`.")
+                      "(`make install-tpu`), then check it with `python devices.py check-tpu`.")
 
 
 def damaged_checkpoint_message(damaged, error, intact):
-    """The message for the checkpoint `damaged`, which utils.check_checkpoint could not read (`error`); `intact`:
+    """The message for the checkpoint `damaged`, which run_folder.check_checkpoint could not read (`error`); `intact`:
     the last intact checkpoint before it, or None."""
     reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
     remove = f"gcloud storage rm '{damaged}.*'" if damaged.startswith("gs://") else f"rm {damaged}.*"
@@ -227,14 +227,14 @@ def explain_unusable_tpu(chips, error, build, holders):
                  "(`kill PID`), or wait for it to end. `sudo lsof -w /dev/accel* /dev/vfio/*` lists them too.")
     elif cause is None:
         cause = (f"TensorFlow failed to start it: {type(error).__name__}: {error}\n"
-                 "Check the installation with `python utils.py check-tpu`.")
+                 "Check the installation with `python devices.py check-tpu`.")
     return (f"this machine has TPU chips ({describe_chips(chips)}), but TensorFlow cannot use them: {cause}\n"
             "To train on this machine's CPU instead (much slower), pass --no_tpu.")
 
 
 def explain_tpu_error(tpu_name, chips, error, root="/"):
     """The message for a TPU that TensorFlow could not start: `tpu_name` ("local" on a TPU VM), this machine's
-    `chips` (utils.local_tpu_chips) and the `error` raised."""
+    `chips` (devices.local_tpu_chips) and the `error` raised."""
     if tpu_name == "local" and chips:
         return explain_unusable_tpu(chips, error, tensorflow_build(), tpu_holders(root))
     return (f"cannot use the TPU {tpu_name!r}: {type(error).__name__}: {error}\n"
@@ -245,8 +245,8 @@ def explain_tpu_error(tpu_name, chips, error, root="/"):
 
 
 def check_tpu_setup(chips, root="/"):
-    """What `python utils.py check-tpu` prints on a TPU VM: the TensorFlow build and libtpu installed, this machine's
-    TPU `chips` (utils.local_tpu_chips), and whether TensorFlow starts them. Returns the exit status: 0 when all is
+    """What `python devices.py check-tpu` prints on a TPU VM: the TensorFlow build and libtpu installed, this machine's
+    TPU `chips` (devices.local_tpu_chips), and whether TensorFlow starts them. Returns the exit status: 0 when all is
     well."""
     from importlib import metadata
 
@@ -281,13 +281,9 @@ def check_tpu_setup(chips, root="/"):
 
 
 def main(chips):
-    """`python utils.py check-tpu`; `chips`: this machine's TPU chips (utils.local_tpu_chips)."""
+    """`python devices.py check-tpu`; `chips`: this machine's TPU chips (devices.local_tpu_chips)."""
     parser = argparse.ArgumentParser(description="Checks of the set-up. `check-tpu`: on a TPU VM, whether the "
                                                  "TensorFlow installed drives its TPU.")
     parser.add_argument("check", choices=["check-tpu"])
     parser.parse_args()
     sys.exit(check_tpu_setup(chips))
-
-
-if __name__ == "__main__":
-    main()

@@ -23,8 +23,8 @@ import sys
 
 import transformers
 
-from utils import (PYTORCH_SUBFOLDER, UserError, check_checkpoint, check_gcs_path, check_output_dir, last_checkpoint,
-                   load_config, load_pretrained_model, load_tokenizer, local_copy, save_folder, save_pytorch_copy)
+from models import PYTORCH_SUBFOLDER, load_config, load_pretrained_model, load_tokenizer, save_pytorch_copy
+from utils import UserError, check_gcs_path, check_output_dir, local_copy, save_folder
 
 logger = logging.getLogger("export_model")
 
@@ -91,6 +91,8 @@ def from_last_checkpoint(source):
     it, and a PyTorch copy."""
     import tensorflow as tf
     from transformers import TFAutoModelForMaskedLM
+
+    from run_folder import check_checkpoint, last_checkpoint  # Here: it imports TensorFlow.
 
     # SOURCE is the run's --output_dir, or its checkpoints folder (which holds the index file "checkpoint").
     is_checkpoint_dir = tf.io.gfile.exists(os.path.join(source, "checkpoint"))

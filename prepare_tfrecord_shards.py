@@ -14,7 +14,7 @@ order of the text and the shards are numbered across the parts. With --runner, t
 Apache Beam pipeline (beam_pipeline.py), on this machine or on Dataflow. Hub datasets and JSON-lines or Parquet
 files are read through 🤗 Datasets as one stream, by this process.
 
-Each split folder, {output_dir}/{split}/, holds the files of utils.py's shard contract: INCOMPLETE while it is
+Each split folder, {output_dir}/{split}/, holds the files of the shard contract (shards.py): INCOMPLETE while it is
 written; the shards, dataset-{index}-{num_samples}.tfrecord, --shard_size samples each, each written under a
 temporary name (*.tfrecord.tmp) and renamed once every part is complete; token_counts.json; then manifest.json,
 written last. A record is a tf.train.Example of two int64 features of max_length values each:
@@ -43,10 +43,11 @@ from concurrent.futures.process import BrokenProcessPool
 
 from tqdm import tqdm
 
-from utils import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, UserError, add_corpus_arguments,
-                   check_gcs_path, check_output_dir, data_files_format, file_size, finish_split,
-                   iter_text_file_batches, load_backend_tokenizer, out_of_space_named, plan_parts, positive_int,
-                   start_split, text_batches, write_part)
+from corpus import add_corpus_arguments, data_files_format, iter_text_file_batches, text_batches
+from models import load_backend_tokenizer
+from shards import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, finish_split, plan_parts, start_split,
+                    write_part)
+from utils import UserError, check_gcs_path, check_output_dir, file_size, out_of_space_named, positive_int
 
 logger = logging.getLogger("prepare_tfrecord_shards")
 

@@ -32,10 +32,13 @@ import tensorflow as tf
 import tf_keras as keras
 from transformers import TFAutoModelForSequenceClassification, create_optimizer
 
-from utils import (UserError, add_hardware_arguments, check_max_length, check_output_dir, count_hosts,
-                   create_optimizer_state, data_files_format, fraction, load_config, load_pretrained_model,
-                   load_tokenizer, local_copy, non_negative_float, positive_float, positive_int, save_folder,
-                   save_pytorch_copy, set_up_training, strategy_name, write_model_card)
+from corpus import data_files_format
+from devices import add_hardware_arguments, count_hosts, create_optimizer_state, set_up_training, strategy_name
+from models import (check_max_length, load_config, load_pretrained_model, load_tokenizer, save_pytorch_copy,
+                    write_model_card)
+from run_folder import last_checkpoint
+from utils import (UserError, check_output_dir, fraction, local_copy, non_negative_float, positive_float, positive_int,
+                   save_folder)
 
 logger = logging.getLogger("run_classification")
 
@@ -365,7 +368,7 @@ def refuse_an_unfinished_pretraining_run(path):
     (no config.json)."""
     if not tf.io.gfile.isdir(path) or tf.io.gfile.exists(os.path.join(path, "config.json")):
         return
-    latest = tf.train.latest_checkpoint(os.path.join(path, "checkpoints"))
+    latest = last_checkpoint(os.path.join(path, "checkpoints"))
     if latest is None:
         return
     step = int(latest.rsplit("-", 1)[1])  # run_mlm.py numbers its checkpoints by step.

@@ -39,8 +39,8 @@ import sentencepiece as spm
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
-from utils import (UserError, add_corpus_arguments, check_gcs_path, check_output_dir, positive_int, save_folder,
-                   text_batches)
+from corpus import add_corpus_arguments, text_batches
+from utils import UserError, check_gcs_path, check_output_dir, positive_int, save_folder
 
 logger = logging.getLogger("train_unigram")
 

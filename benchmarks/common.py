@@ -65,7 +65,7 @@ def training_flops_per_sample(hidden, layers, intermediate, vocab, length, head_
     counts, times the length."""
     from transformers import RobertaConfig
 
-    from run_mlm import training_flops_per_token
+    from devices import training_flops_per_token
 
     config = RobertaConfig(hidden_size=hidden, num_hidden_layers=layers, intermediate_size=intermediate,
                            vocab_size=vocab)

@@ -79,7 +79,7 @@ def linear_probe_accuracy(train_x, train_y, test_x, test_y, num_labels, seed):
     differs), trained full-batch for a fixed number of epochs: nothing is chosen on the test data."""
     import tf_keras as keras
 
-    from utils import set_seed
+    from devices import set_seed
 
     mean, std = train_x.mean(0), train_x.std(0) + 1e-6
     set_seed(seed)
@@ -95,7 +95,7 @@ def probe(args, train, test):
     the (texts, labels) of the train and test splits."""
     from transformers import AutoConfig, AutoTokenizer, TFAutoModel
     from run_classification import sample_per_label
-    from utils import set_seed
+    from devices import set_seed
 
     label_names = sorted(set(train[1]))
     tokenizer = AutoTokenizer.from_pretrained(args.model)

@@ -31,7 +31,8 @@ from common import (DEFAULT_TRAIN_FILE, REPO, SPECIAL_TOKEN_IDS, TRAIN_FILE_HELP
 import tensorflow as tf  # noqa: E402  (after common, which quiets TensorFlow)
 from transformers import RobertaConfig  # noqa: E402
 
-from run_mlm import TPU_PEAK_FLOPS, default_max_predictions, make_dataset  # noqa: E402
+from devices import TPU_PEAK_FLOPS  # noqa: E402
+from masked_lm import default_max_predictions, make_dataset  # noqa: E402
 
 # A v3-8 or a v4-8 is one host with 4 chips (8 TensorCores); run_mlm.py has each chip's published peak.
 TPU_HOSTS = {"TPU v3-8": 4 * TPU_PEAK_FLOPS["v3"], "TPU v4-8": 4 * TPU_PEAK_FLOPS["v4"]}

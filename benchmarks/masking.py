@@ -30,8 +30,8 @@ def main(args):
     import tensorflow as tf
     from transformers import AutoTokenizer, TFAutoModelForMaskedLM
 
-    from run_mlm import (MaskedLMTrainer, default_max_predictions, find_shards, frequency_log_probs,
-                         make_dataset)
+    from masked_lm import MaskedLMTrainer, default_max_predictions, frequency_log_probs, make_dataset
+    from shards import find_shards
 
     files, sizes = find_shards(args.eval_dataset, args.max_length)
     with open(os.path.join(args.eval_dataset, "..", "train", "token_counts.json")) as f:

@@ -50,7 +50,8 @@ import numpy as np
 from common import DEFAULT_TRAIN_FILE, REPO, TRAIN_FILE_HELP, describe_machine, load_average, median, print_table
 
 import prepare_tfrecord_shards as shards  # noqa: E402  (common puts the repository on the path)
-from utils import iter_text_file_batches, load_backend_tokenizer  # noqa: E402
+from corpus import iter_text_file_batches  # noqa: E402
+from models import load_backend_tokenizer  # noqa: E402
 
 
 def parse_args():

@@ -51,8 +51,9 @@ def train_original_path(args, steps):
     from transformers import AutoConfig, AutoTokenizer, TFAutoModelForMaskedLM, create_optimizer
 
     import tensorflow as tf
-    from run_mlm import find_shards, make_dataset
-    from utils import MANIFEST_NAME, set_seed
+    from devices import set_seed
+    from masked_lm import make_dataset
+    from shards import MANIFEST_NAME, find_shards
 
     set_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)

@@ -40,8 +40,8 @@ import tensorflow as tf  # noqa: E402  (after common, which quiets TensorFlow)
 import tf_keras as keras  # noqa: E402
 from transformers import RobertaConfig, TFAutoModelForMaskedLM, create_optimizer  # noqa: E402
 
-from run_mlm import MaskedLMTrainer, default_max_predictions, mask_tokens  # noqa: E402
-from utils import set_seed  # noqa: E402
+from devices import set_seed  # noqa: E402
+from masked_lm import MaskedLMTrainer, default_max_predictions, mask_tokens  # noqa: E402
 
 PATHS = ("original", "full", "gathered")
 STRATEGIES = ("default", "one_device", "mirrored")

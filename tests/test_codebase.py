@@ -55,3 +55,14 @@ def test_every_third_party_module_is_a_named_requirement():
                 if not providers & named:
                     unnamed.setdefault(module, []).append(path.name)
     assert not unnamed, f"imported but named in no requirements file: {unnamed}"
+
+
+@pytest.mark.fast
+def test_setup_py_ships_every_module_that_the_beam_workers_import():
+    shipped = set(re.search(r"py_modules=\[([^]]*)\]", (REPO / "setup.py").read_text()).group(1).replace('"', "")
+                  .replace(" ", "").replace("\n", "").split(","))
+    needed, frontier = set(), {"prepare_tfrecord_shards", "beam_pipeline"}
+    while frontier:
+        needed |= frontier
+        frontier = {name for module in frontier for name in imported_modules(MODULES[module]) & set(MODULES)} - needed
+    assert needed <= shipped, f"setup.py does not ship {sorted(needed - shipped)} to Dataflow's workers"

@@ -14,8 +14,13 @@ import time
 import pytest
 import tensorflow as tf
 
+import corpus
+import masked_lm
+import models
 import run_classification
+import run_folder
 import run_mlm
+import shards
 import utils
 from helpers import MAX_LENGTH, REPO, WIKITEXT, run_main, tiny_mlm_args, unfinished_copy
 from utils import UserError
@@ -59,7 +64,7 @@ def test_hyper_parameters_in_their_domain_are_accepted(monkeypatch):
                                       "hidden_dropout_prob=0,classifier_dropout=None,hidden_size=128"])
     args = run_mlm.parse_args()
     assert (args.learning_rate, args.weight_decay_rate, args.warmup_steps) == (2e-3, 0, 0)
-    assert args.max_predictions_per_seq == run_mlm.default_max_predictions(0.4, 128)
+    assert args.max_predictions_per_seq == masked_lm.default_max_predictions(0.4, 128)
 
 
 def write_json_lines(path, values):
@@ -71,9 +76,9 @@ def write_json_lines(path, values):
 @pytest.mark.parametrize("value,shown", [(42, "int 42"), (["a", "b"], "list ['a', 'b']"),
                                          ({"a": 1}, "dict {'a': 1}"), (1.5, "float 1.5")])
 def test_a_record_that_is_not_text_is_refused_with_its_number(value, shown, tmp_path):
-    # train_unigram.py and prepare_tfrecord_shards.py read every corpus through utils.text_batches.
+    # train_unigram.py and prepare_tfrecord_shards.py read every corpus through corpus.text_batches.
     path = write_json_lines(tmp_path / "data.jsonl", ["first text", None, "", "third text", value, "after"])
-    (batches,) = utils.text_batches(text_column="text", batch_size=2, data_files={"train": [str(path)]}).values()
+    (batches,) = corpus.text_batches(text_column="text", batch_size=2, data_files={"train": [str(path)]}).values()
     with pytest.raises(UserError) as error:
         list(batches)
     assert str(error.value).startswith(f"the 'text' field of record 5 of the train split is not text but {shown}.")
@@ -89,7 +94,7 @@ def test_null_records_are_skipped_as_empty_ones_in_json_lines_and_parquet(tmp_pa
     write_json_lines(tmp_path / "data.jsonl", values)
     pq.write_table(pa.table({"text": values}), tmp_path / "data.parquet")
     for name in ("data.jsonl", "data.parquet"):
-        (batches,) = utils.text_batches(text_column="text", batch_size=10,
+        (batches,) = corpus.text_batches(text_column="text", batch_size=10,
                                         data_files={"train": [str(tmp_path / name)]}).values()
         assert list(batches) == [["one", "two"]]
 
@@ -100,7 +105,7 @@ def test_a_parquet_column_of_numbers_is_refused(tmp_path):
     import pyarrow.parquet as pq
 
     pq.write_table(pa.table({"text": [3, 4]}), tmp_path / "data.parquet")
-    (batches,) = utils.text_batches(text_column="text", batch_size=10,
+    (batches,) = corpus.text_batches(text_column="text", batch_size=10,
                                     data_files={"validation": [str(tmp_path / "data.parquet")]}).values()
     with pytest.raises(UserError, match="the 'text' field of record 1 of the validation split is not text but int 3"):
         list(batches)
@@ -124,7 +129,7 @@ def test_the_beam_workers_refuse_a_record_that_is_not_text_as_the_scripts_do(tmp
 def releases(monkeypatch):
     """The releases that OutputDirLease.hold registers to run at exit, run at the end of the test instead."""
     callbacks = []
-    monkeypatch.setattr(run_mlm.atexit, "register", callbacks.append)
+    monkeypatch.setattr(run_folder.atexit, "register", callbacks.append)
     yield callbacks
     for callback in callbacks:
         callback()
@@ -132,14 +137,14 @@ def releases(monkeypatch):
 
 @pytest.mark.fast
 def test_a_second_run_into_a_folder_where_a_run_is_going_is_refused_at_once(tmp_path, releases):
-    run_mlm.OutputDirLease(str(tmp_path)).hold()
+    run_folder.OutputDirLease(str(tmp_path)).hold()
     claim = json.loads((tmp_path / "running.json").read_text())
     assert claim["pid"] == os.getpid() and claim["host"] == socket.gethostname()
     with pytest.raises(UserError) as error:
-        run_mlm.OutputDirLease(str(tmp_path)).hold()
+        run_folder.OutputDirLease(str(tmp_path)).hold()
     message = str(error.value)
     assert message.startswith(f"another run is writing into --output_dir {str(tmp_path)!r}: process {os.getpid()} "
-                              f"on host {socket.gethostname()}, started {run_mlm.utc(claim['started'])}")
+                              f"on host {socket.gethostname()}, started {run_folder.utc(claim['started'])}")
     assert "choose another --output_dir" in message and "expires" not in message  # Same host: no lease to wait for.
     releases.pop()()  # The process exits: its claim goes.
     assert not (tmp_path / "running.json").exists()
@@ -148,45 +153,45 @@ def test_a_second_run_into_a_folder_where_a_run_is_going_is_refused_at_once(tmp_
 @pytest.mark.fast
 def test_a_run_killed_on_this_host_leaves_a_claim_that_the_next_run_takes_over(tmp_path, releases, caplog):
     holder = subprocess.Popen(["sleep", "60"])  # Stands in for a run's process.
-    lease = run_mlm.OutputDirLease(str(tmp_path))
-    lease.claim.update(pid=holder.pid, process_start=run_mlm.process_start(holder.pid))
+    lease = run_folder.OutputDirLease(str(tmp_path))
+    lease.claim.update(pid=holder.pid, process_start=run_folder.process_start(holder.pid))
     assert lease.claim_folder(replacing=False, generation=None)
     with pytest.raises(UserError, match=f"process {holder.pid} on host"):
-        run_mlm.OutputDirLease(str(tmp_path)).hold()
+        run_folder.OutputDirLease(str(tmp_path)).hold()
     holder.kill()  # SIGKILL: nothing is released.
     holder.wait()
-    run_mlm.OutputDirLease(str(tmp_path)).hold()
+    run_folder.OutputDirLease(str(tmp_path)).hold()
     assert json.loads((tmp_path / "running.json").read_text())["pid"] == os.getpid()
     assert f"names a run that ended without releasing it (process {holder.pid}" in caplog.text
 
 
 @pytest.mark.fast
 def test_a_claim_from_another_host_blocks_until_its_lease_expires(tmp_path, releases):
-    lease = run_mlm.OutputDirLease(str(tmp_path))
+    lease = run_folder.OutputDirLease(str(tmp_path))
     lease.claim.update(host="lost-vm", pid=1234, renewed=time.time() - 60)
     assert lease.claim_folder(replacing=False, generation=None)
     with pytest.raises(UserError) as error:
-        run_mlm.OutputDirLease(str(tmp_path)).hold()
+        run_folder.OutputDirLease(str(tmp_path)).hold()
     assert "process 1234 on host lost-vm" in str(error.value)
-    assert (f"takes over once its claim expires, at {run_mlm.utc(lease.claim['renewed'] + 600)} (10 minutes after it "
+    assert (f"takes over once its claim expires, at {run_folder.utc(lease.claim['renewed'] + 600)} (10 minutes after it "
             f"was last renewed), or at once if you delete {tmp_path / 'running.json'}") in str(error.value)
     lease.claim["renewed"] = time.time() - 601
     (tmp_path / "running.json").write_text(json.dumps(lease.claim))
-    run_mlm.OutputDirLease(str(tmp_path)).hold()
+    run_folder.OutputDirLease(str(tmp_path)).hold()
     assert json.loads((tmp_path / "running.json").read_text())["host"] == socket.gethostname()
 
 
 @pytest.mark.fast
 def test_a_process_id_used_again_is_not_taken_for_the_run(tmp_path, releases):
-    lease = run_mlm.OutputDirLease(str(tmp_path))
+    lease = run_folder.OutputDirLease(str(tmp_path))
     lease.claim["process_start"] = "1"  # This process's id, but another process's start: the run has ended.
     assert lease.claim_folder(replacing=False, generation=None)
-    run_mlm.OutputDirLease(str(tmp_path)).hold()
+    run_folder.OutputDirLease(str(tmp_path)).hold()
 
 
 @pytest.mark.fast
 def test_the_holder_renews_its_claim_and_releases_only_its_own(tmp_path, releases):
-    lease = run_mlm.OutputDirLease(str(tmp_path))
+    lease = run_folder.OutputDirLease(str(tmp_path))
     lease.hold()
     renewed = lease.claim["renewed"]
     time.sleep(0.01)
@@ -215,7 +220,7 @@ def bucket_client(gcs, monkeypatch):
 
 def test_a_claim_in_a_bucket_is_a_lease_that_expires_and_one_of_two_runs_wins(bucket_client, releases):
     folder = f"gs://faults/run-{time.monotonic_ns()}"
-    first, second = run_mlm.OutputDirLease(folder), run_mlm.OutputDirLease(folder)
+    first, second = run_folder.OutputDirLease(folder), run_folder.OutputDirLease(folder)
     second.claim["host"] = "another-vm"  # The second run starts on another machine: only the lease can tell.
     first.hold()
     assert not second.claim_folder(replacing=False, generation=None)  # It too found no claim, but came second.
@@ -231,9 +236,9 @@ def test_a_claim_in_a_bucket_is_a_lease_that_expires_and_one_of_two_runs_wins(bu
     second.hold()  # The lost VM's lease has expired.
     assert not first.renew()  # The first run learns that it was taken over.
     releases.pop(0)()  # The first run exits: the claim is the second's, and stays.
-    assert run_mlm.OutputDirLease(folder).read()[0]["run"] == second.claim["run"]
+    assert run_folder.OutputDirLease(folder).read()[0]["run"] == second.claim["run"]
     releases.pop()()
-    assert run_mlm.OutputDirLease(folder).read() == (None, None)
+    assert run_folder.OutputDirLease(folder).read() == (None, None)
 
 
 def test_the_same_command_twice_into_one_folder_is_refused_and_a_killed_run_does_not_block(
@@ -306,7 +311,7 @@ def test_a_full_disk_while_writing_shards_leaves_the_split_incomplete_and_the_sa
     split = disk / "tfrecords" / "train"
     assert (split / "INCOMPLETE").exists() and not (split / "manifest.json").exists()
     with pytest.raises(UserError, match="the shards at .* are incomplete"):  # Nothing looks complete.
-        run_mlm.find_shards(str(split), MAX_LENGTH)
+        shards.find_shards(str(split), MAX_LENGTH)
     small_disk(8 * 2**20)  # Space freed.
     monkeypatch.setattr(sys, "argv", prepare_argv(tokenizer_dir, disk / "tfrecords", "--overwrite"))
     prepare_tfrecord_shards.main(prepare_tfrecord_shards.parse_args())
@@ -430,11 +435,11 @@ def test_a_damaged_checkpoint_is_named_with_the_intact_one_before_it_which_is_us
     # run_mlm.py checks the checkpoint it resumes from before restoring it (restoring reads lazily).
     run_args = argparse.Namespace(output_dir=str(run_with_two_checkpoints), overwrite=False)
     with pytest.raises(UserError, match=f"the checkpoint {checkpoints / 'ckpt-20'} is damaged"):
-        run_mlm.restore_last_checkpoint(run_args, trainer=None, is_chief=True)
+        run_folder.restore_last_checkpoint(run_args, trainer=None, is_chief=True)
 
     for path in checkpoints.glob("ckpt-20.*"):  # What the message says to do.
         path.unlink()
-    assert utils.last_checkpoint(str(checkpoints)) == str(checkpoints / "ckpt-10")
+    assert run_folder.last_checkpoint(str(checkpoints)) == str(checkpoints / "ckpt-10")
     export_model.main(export)
     assert (tmp_path / "exported" / "tf_model.h5").exists()
 
@@ -444,19 +449,19 @@ def test_no_intact_checkpoint_says_to_start_over(run_with_two_checkpoints):
     for step in (10, 20):
         os.truncate(checkpoints / f"ckpt-{step}.data-00000-of-00001", 1000)
     with pytest.raises(UserError, match="No earlier checkpoint is intact: start the run over"):
-        utils.check_checkpoint(str(checkpoints / "ckpt-20"), str(checkpoints))
+        run_folder.check_checkpoint(str(checkpoints / "ckpt-20"), str(checkpoints))
 
 
 @pytest.mark.fast
 def test_a_long_line_is_tokenized_in_pieces_into_the_tokens_of_the_whole(tokenizer_dir, monkeypatch):
-    tokenizer, _ = utils.load_backend_tokenizer(str(tokenizer_dir))
+    tokenizer, _ = models.load_backend_tokenizer(str(tokenizer_dir))
     lines = [line for line in (WIKITEXT / "train.txt").read_text().splitlines() if line.strip()]
     long_line = "  ".join(lines[:60])  # Runs of spaces too, which the normalizer makes one.
-    monkeypatch.setattr(utils, "MAX_PIECE_CHARS", 300)  # Dozens of pieces, several calls.
+    monkeypatch.setattr(shards, "MAX_PIECE_CHARS", 300)  # Dozens of pieces, several calls.
     texts = [lines[100], long_line, lines[101], lines[102]]
     expected = [token for text in texts for token in tokenizer.encode(text).ids]
     assert len(long_line) > 20 * 300
-    assert utils.tokenize(tokenizer, texts).tolist() == expected
+    assert shards.tokenize(tokenizer, texts).tolist() == expected
     # A "word" longer than a piece is cut where it must be: its tokens may differ at the cut, but none is lost.
-    ids = utils.tokenize(tokenizer, ["x" * 1000])
+    ids = shards.tokenize(tokenizer, ["x" * 1000])
     assert ids[0] == tokenizer.token_to_id("<s>") and ids[-1] == tokenizer.token_to_id("</s>") and len(ids) > 2

@@ -8,8 +8,8 @@ import tensorflow as tf
 import tf_keras as keras
 from transformers import RobertaConfig, TFAutoModelForMaskedLM
 
-from run_mlm import MaskedLMTrainer, frequency_log_probs, mask_tokens, start_from_token_frequencies
-from utils import create_optimizer_state, set_seed
+from devices import create_optimizer_state, set_seed
+from masked_lm import MaskedLMTrainer, frequency_log_probs, mask_tokens, start_from_token_frequencies
 
 SPECIAL_IDS = [0, 1, 2, 3, 4]  # <s>, <pad>, </s>, <unk>, <mask>, as train_unigram.py lays them out.
 MASK_ID = 4

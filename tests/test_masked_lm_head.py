@@ -1,16 +1,23 @@
 """MaskedLMTrainer's computation: the gathered LM head (logits only at masked positions) computes exactly what the
 full head does, training without XLA (as on a TPU, where XLA is implicit) equals training with it, and Keras traces
-a run's step once."""
+a run's step once; and masked_lm.py, copied alone into a program, trains."""
 
 import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 from transformers import RobertaConfig, TFAutoModelForMaskedLM, create_optimizer
 
-from run_mlm import MaskedLMTrainer, mask_tokens, restore_last_checkpoint
-from utils import create_optimizer_state
+from devices import create_optimizer_state
+from helpers import REPO
+from masked_lm import MaskedLMTrainer, mask_tokens
+from run_folder import restore_last_checkpoint
 
 MASK_ID = 4
 CONFIG = RobertaConfig(vocab_size=500, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -110,3 +117,45 @@ def test_a_run_creates_adams_moments_before_its_first_step_which_keras_then_trac
     trainer.compute_gradients = lambda batch: traces.append(batch) or compute_gradients(batch)  # Runs as it traces.
     trainer.fit(dataset_of([masked_batch(seed) for seed in range(2)]), epochs=2, verbose=0)
     assert len(traces) == 1 and int(optimizer.iterations.numpy()) == 4
+
+
+# A program of the user's own, beside a copy of masked_lm.py and nothing else of this project: a masked step.
+STANDALONE = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+from transformers import RobertaConfig, TFAutoModelForMaskedLM
+
+import masked_lm
+
+config = RobertaConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                       intermediate_size=32, max_position_embeddings=40)
+mlm = TFAutoModelForMaskedLM.from_config(config)
+mlm.build_in_name_scope()
+trainer = masked_lm.MaskedLMTrainer(mlm, mask_token_id=4)
+trainer.compile(optimizer=keras.optimizers.Adam(1e-3))
+ids = tf.constant(np.random.RandomState(0).randint(5, 50, size=(4, 32)), tf.int32)
+batch = masked_lm.mask_tokens(ids, tf.constant([0, 0], tf.int64), mask_token_id=4, special_token_ids=[0, 1, 2, 3, 4],
+                              vocab_size=50, mlm_probability=0.3, max_predictions=16)
+batch["attention_mask"] = tf.ones_like(ids)
+history = trainer.fit(tf.data.Dataset.from_tensors(batch).repeat(), steps_per_epoch=3, epochs=1, verbose=0)
+print(json.dumps({"file": masked_lm.__file__, "losses": history.history["loss"],
+                  "steps": int(trainer.optimizer.iterations),
+                  "project_modules_loaded": sorted(set(sys.argv[1:]) & set(sys.modules))}))
+"""
+
+
+def test_masked_lm_py_copied_alone_into_a_program_trains_a_masked_step(tmp_path):
+    # The README's promise: masked_lm.py is the one file to copy. In a folder of its own, on a path without the
+    # repository, it imports and trains.
+    shutil.copy(REPO / "masked_lm.py", tmp_path)
+    project = [path.stem for path in REPO.glob("*.py") if path.stem != "masked_lm"]
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", STANDALONE, *project], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["file"] == str(tmp_path / "masked_lm.py")
+    assert report["project_modules_loaded"] == [] and "utils" in project
+    assert report["steps"] == 3 and np.isfinite(report["losses"]).all()

@@ -1,11 +1,14 @@
 """The masking step and the input pipeline of run_mlm.py, run in this process on a CPU."""
 
+import argparse
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from helpers import MAX_LENGTH, WIKITEXT
-from run_mlm import default_max_predictions, find_shards, make_dataset, mask_tokens
+from masked_lm import default_max_predictions, make_dataset, mask_tokens
+from shards import find_shards
 
 pytestmark = pytest.mark.fast  # The masking and the input pipeline: all in the quick subset.
 
@@ -205,7 +208,7 @@ def rows_of_words(tokenizer, lines, length):
 def test_whole_words_and_spans_are_never_cut_on_real_text(kind, tokenizer_dir):
     from transformers import AutoTokenizer
 
-    from run_mlm import word_start_table
+    from masked_lm import word_start_table
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir) if kind == "unigram" else wordpiece_tokenizer()
     lines = [line for line in (WIKITEXT / "validation.txt").read_text().splitlines() if line.strip()][:300]
@@ -237,7 +240,7 @@ def test_whole_words_and_spans_are_never_cut_on_real_text(kind, tokenizer_dir):
 def test_the_masked_share_is_mlm_probability_in_every_mode(mode, shards_dir, tokenizer_dir):
     from transformers import AutoTokenizer
 
-    from run_mlm import word_start_table
+    from masked_lm import word_start_table
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     files, sizes = find_shards(str(shards_dir / "validation"), MAX_LENGTH)
@@ -259,11 +262,16 @@ def test_whole_word_masking_refuses_a_tokenizer_that_does_not_mark_words():
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from run_mlm import word_start_table
+    from masked_lm import word_start_table
+    from run_mlm import masking_arguments
     from utils import UserError
 
     backend = Tokenizer(models.WordLevel({"[UNK]": 0, "[MASK]": 1, "the": 2, "game": 3}, unk_token="[UNK]"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", mask_token="[MASK]")
-    with pytest.raises(UserError, match="need a tokenizer whose pieces show where words begin"):
+    # masked_lm.py, which imports nothing of the project, raises ValueError; run_mlm.py gives its message as the user's.
+    with pytest.raises(ValueError, match="need a tokenizer whose pieces show where words begin"):
         word_start_table(tokenizer)
+    args = argparse.Namespace(masking="whole_word", mlm_probability=0.15, max_predictions_per_seq=0)
+    with pytest.raises(UserError, match="need a tokenizer whose pieces show where words begin"):
+        masking_arguments(args, tokenizer)

@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 
 from helpers import (MAX_LENGTH, REPO, SHARD_LINES, VALIDATION_LINES, WIKITEXT, assert_entry_point_error, cut_parts,
                      part_stream, read_shard, read_split, run_main, run_script)
-from utils import vocabulary_fingerprint
+from shards import vocabulary_fingerprint
 
 
 def shard_index(path):
@@ -137,7 +137,7 @@ EDGE_IDS = [0, 1, 127, 128, 255, 16383, 16384, 250_000, 2**21 - 1, 2**21, 2**31 
 
 @pytest.mark.fast
 def test_records_are_byte_for_byte_those_of_tensorflow(tmp_path):
-    from utils import RecordSerializer
+    from shards import RecordSerializer
 
     max_length = len(EDGE_IDS)
     rng = np.random.default_rng(0)
@@ -161,7 +161,7 @@ def test_records_are_byte_for_byte_those_of_tensorflow(tmp_path):
 
 @pytest.mark.fast
 def test_shard_writer_fills_shards_across_batches_and_chunks(tmp_path, monkeypatch):
-    from utils import ShardWriter
+    from shards import ShardWriter
 
     monkeypatch.setattr(ShardWriter, "CHUNK_SIZE", 4)  # Serialize in chunks smaller than a shard and a batch.
     samples = np.arange(23 * 3).reshape(23, 3)
@@ -185,7 +185,7 @@ def test_shard_writer_fills_shards_across_batches_and_chunks(tmp_path, monkeypat
 def test_text_files_are_read_as_datasets_reads_them(tmp_path):
     import datasets
 
-    from utils import iter_text_batches, iter_text_file_batches
+    from corpus import iter_text_batches, iter_text_file_batches
 
     (tmp_path / "a.txt").write_bytes(b"first line\r\n\r\n  \nsecond\rthird\t \n\n\xc3\xa9t\xc3\xa9 \xe2\x80\xa8 fin")
     (tmp_path / "b.txt").write_text(" \nother file\n")
@@ -202,7 +202,7 @@ def test_text_files_are_read_as_datasets_reads_them(tmp_path):
 
 @pytest.mark.fast
 def test_fast_tokenizer_loading_matches_auto_tokenizer(tokenizer_dir):
-    from utils import load_backend_tokenizer
+    from models import load_backend_tokenizer
 
     tokenizer, vocab_size = load_backend_tokenizer(str(tokenizer_dir))
     reference = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -292,8 +292,8 @@ def test_output_dir_that_is_a_file_and_a_missing_tokenizer_are_named(tmp_path, t
 
 @pytest.mark.fast
 def test_parts_hold_every_line_once_in_order(tmp_path):
-    from utils import plan_parts
-    from utils import iter_text_file_batches
+    from corpus import iter_text_file_batches
+    from shards import plan_parts
 
     # Line breaks of every kind, a line without a break at the end of a file, an empty file, non-ASCII text.
     (tmp_path / "a.txt").write_bytes(b"".join(b"line %d \xc3\xa9\xe2\x80\xa8 x\r\n\n  \nnext\rthird\n" % i
@@ -321,7 +321,7 @@ def part_size(part):
 
 
 def test_several_workers_write_each_part_as_its_own_stream(tmp_path, tokenizer_dir):
-    from utils import plan_parts
+    from shards import plan_parts
 
     files = [str(WIKITEXT / "train.txt"), str(WIKITEXT / "validation.txt")]
     run_script("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir, "--train_file", *files,
@@ -337,7 +337,7 @@ def test_several_workers_write_each_part_as_its_own_stream(tmp_path, tokenizer_d
     assert manifest["num_parts"] == 3 and manifest["dropped_tokens"] == dropped
 
     # run_mlm.py takes them as it takes shards written by one process.
-    from run_mlm import find_shards
+    from shards import find_shards
 
     shard_files, counts = find_shards(str(tmp_path / "train"), MAX_LENGTH, tokenizer, str(tokenizer_dir))
     assert sorted(counts) == sorted(shard["num_samples"] for shard in manifest["shards"])

@@ -32,7 +32,7 @@ def pytorch_only_folder(model, folder, shards=1):
     an index as save_pretrained writes them when there are several."""
     from safetensors.numpy import load_file, save_file
 
-    from utils import save_pytorch_copy
+    from models import save_pytorch_copy
 
     class NoTokenizer:  # save_pytorch_copy saves a tokenizer; these tests need none.
         def save_pretrained(self, folder):
@@ -69,7 +69,8 @@ INPUTS = dict(input_ids=np.array([[0, 5, 17, 99, 4, 2], [0, 7, 8, 2, 1, 1]]),
 def test_pytorch_weights_load_bit_for_bit(model_type, shards, tmp_path):
     from transformers import TFAutoModelForMaskedLM
 
-    from utils import load_pretrained_model, set_seed
+    from devices import set_seed
+    from models import load_pretrained_model
 
     config = tiny_config(model_type)
     set_seed(1)
@@ -89,7 +90,7 @@ def test_pytorch_weights_load_bit_for_bit(model_type, shards, tmp_path):
 def test_a_classifier_from_masked_lm_weights_gets_a_new_head_only(tmp_path):
     from transformers import TFAutoModelForMaskedLM, TFAutoModelForSequenceClassification
 
-    from utils import load_pretrained_model
+    from models import load_pretrained_model
 
     config = tiny_config("roberta")
     masked_lm = built(TFAutoModelForMaskedLM, config)
@@ -105,7 +106,8 @@ def test_a_classifier_from_masked_lm_weights_gets_a_new_head_only(tmp_path):
 def test_missing_and_misshapen_weights_are_refused(tmp_path):
     from transformers import TFAutoModelForMaskedLM, TFAutoModelForSequenceClassification
 
-    from utils import UserError, load_pretrained_model
+    from models import load_pretrained_model
+    from utils import UserError
 
     config = tiny_config("roberta")
     folder = pytorch_only_folder(built(TFAutoModelForSequenceClassification, config), tmp_path)
@@ -144,7 +146,7 @@ print(json.dumps(logits.tolist()))
 def test_transformers_5_pytorch_folder_loads_with_pytorchs_logits(tmp_path):
     from transformers import AutoConfig, TFAutoModelForMaskedLM
 
-    from utils import load_pretrained_model
+    from models import load_pretrained_model
 
     inputs = {name: value.tolist() for name, value in INPUTS.items()}
     result = subprocess.run([os.environ["PYTORCH_PYTHON"], "-c", SAVE_WITH_PYTORCH, str(tmp_path),

@@ -10,6 +10,7 @@ import pytest
 from helpers import REPO, assert_entry_point_error, run_main, run_script, unfinished_copy
 from run_classification import (classification_metrics, evaluation_dataset, load_splits, sample_per_label,
                                 stratified_split)
+from run_folder import last_checkpoint
 from utils import UserError
 
 BANKING77 = REPO / "tests" / "data" / "banking77"
@@ -271,6 +272,24 @@ def test_an_unfinished_pretraining_run_is_named_with_what_to_do(pretrained_model
                  f"{str(unfinished)!r} holds a pre-training run that did not finish: checkpoints (the latest at "
                  "step 20) but no saved model", "running the same run_mlm.py command again",
                  f"python export_model.py {unfinished} --output_dir NEW_FOLDER")
+
+
+@pytest.mark.fast
+def test_an_unfinished_run_is_named_at_the_last_checkpoint_that_run_mlm_would_resume_from(pretrained_model_dir,
+                                                                                           tmp_path):
+    # Checkpoints at steps 10 and 20, the files of step 20 deleted (what the message about a damaged checkpoint says
+    # to do): run_mlm.py and export_model.py take step 10 (run_folder.last_checkpoint), and so does this check.
+    # (tf.train.latest_checkpoint finds none, and the folder was taken for a model.)
+    unfinished = unfinished_copy(pretrained_model_dir, tmp_path / "unfinished")
+    checkpoints = unfinished / "checkpoints"
+    for path in checkpoints.glob("ckpt-20.*"):
+        path.rename(checkpoints / path.name.replace("ckpt-20", "ckpt-10"))
+    (checkpoints / "checkpoint").write_text('model_checkpoint_path: "ckpt-20"\nall_model_checkpoint_paths: "ckpt-10"\n'
+                                            'all_model_checkpoint_paths: "ckpt-20"\n')
+    assert last_checkpoint(str(checkpoints)) == str(checkpoints / "ckpt-10")
+    assert_fails(fine_tune_args(unfinished, tmp_path / "model"),
+                 f"{str(unfinished)!r} holds a pre-training run that did not finish: checkpoints (the latest at "
+                 "step 10) but no saved model")
 
 
 @pytest.mark.fast

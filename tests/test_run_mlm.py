@@ -57,7 +57,7 @@ def test_shards_of_the_original_example_have_no_manifest(train_args, shards_dir,
     result = run_main("run_mlm.py", *train_args, "--train_dataset", old_style, "--max_length", 128,
                       expect_failure=True)
     assert_fails_before_building_the_model(result, f"hold samples of {MAX_LENGTH} tokens")
-    assert "WARNING run_mlm: The shards at" in result.stderr and "cannot check that they are the whole split" \
+    assert "WARNING shards: The shards at" in result.stderr and "cannot check that they are the whole split" \
         in result.stderr
     next(old_style.glob("*.tfrecord")).rename(old_style / "extra.tfrecord")
     result = run_main("run_mlm.py", *train_args, "--train_dataset", old_style, expect_failure=True)
@@ -357,7 +357,8 @@ def test_a_resumed_run_has_its_optimizer_state_before_the_first_step(pretrained_
     would each read the checkpoint again (over gs://, a minute for this tiny model)."""
     from transformers import AutoConfig, TFAutoModelForMaskedLM, create_optimizer
 
-    from run_mlm import MaskedLMTrainer, restore_last_checkpoint
+    from masked_lm import MaskedLMTrainer
+    from run_folder import restore_last_checkpoint
 
     shutil.copytree(pretrained_model_dir / "checkpoints", tmp_path / "checkpoints")
     mlm = TFAutoModelForMaskedLM.from_config(AutoConfig.from_pretrained(pretrained_model_dir))

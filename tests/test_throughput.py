@@ -6,8 +6,8 @@ import types
 import pytest
 from transformers import DistilBertConfig, ElectraConfig, RobertaConfig, TFAutoModelForMaskedLM
 
-import run_mlm
-from run_mlm import Throughput, model_flops_utilization, peak_flops, training_flops_per_token
+import devices
+from devices import Throughput, model_flops_utilization, peak_flops, training_flops_per_token
 
 # Hidden 4, feed-forward 8, 2 layers, vocabulary 10; samples of 16 tokens, the LM head at 4 of them.
 CONFIG = RobertaConfig(vocab_size=10, hidden_size=4, num_hidden_layers=2, num_attention_heads=2, intermediate_size=8,
@@ -68,10 +68,10 @@ def test_peaks_of_tpus_per_replica_and_none_for_a_cpu(monkeypatch):
     # A v3 chip runs 2 replicas (one per TensorCore), a v4 chip one (its cores act as one).
     for chips, replicas, peak in (({"v3": 4}, 8, 4 * 123e12), ({"v4": 4}, 4, 4 * 275e12),
                                   ({"v5e": 8}, 8, 8 * 197e12)):
-        monkeypatch.setattr(run_mlm, "local_tpu_chips", lambda: chips)
+        monkeypatch.setattr(devices, "local_tpu_chips", lambda: chips)
         strategy = types.SimpleNamespace(num_replicas_in_sync=replicas)
         assert peak_flops(strategy, on_tpu=True, bfloat16=True)[0] == pytest.approx(peak)
-    monkeypatch.setattr(run_mlm, "local_tpu_chips", lambda: {})  # A TPU Node: its chips are elsewhere.
+    monkeypatch.setattr(devices, "local_tpu_chips", lambda: {})  # A TPU Node: its chips are elsewhere.
     assert peak_flops(strategy, on_tpu=True, bfloat16=True)[0] is None
     assert peak_flops(types.SimpleNamespace(num_replicas_in_sync=1), on_tpu=False, bfloat16=False) == (None, "CPU")
 
@@ -81,7 +81,7 @@ def test_input_pipeline_compared_with_what_training_takes(caplog):
     # 90 %: the steps likely wait for their input.
     throughput = Throughput(flops_per_token=1e6, tokens_per_step=128, samples_per_step=1, num_hosts=2,
                             peak_flops=None, devices="CPU", input_samples_per_second=1000.0)
-    with caplog.at_level("INFO", logger="run_mlm"):
+    with caplog.at_level("INFO", logger="devices"):
         assert throughput.compare_with_input({"samples_per_second": 600.0}) == pytest.approx(0.3)
         assert not [record for record in caplog.records if record.levelname == "WARNING"]
         assert throughput.compare_with_input({"samples_per_second": 1800.0}) == pytest.approx(0.9)

@@ -11,10 +11,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from helpers import MAX_LENGTH, REPO
-from run_mlm import check_paths_for_pod, find_shards, make_dataset
+from devices import choose_strategy, local_tpu_chips, use_jit_compile
 from diagnostics import TensorFlowBuild, explain_unusable_tpu, tensorflow_build, tpu_holders
-from utils import UserError, choose_strategy, local_tpu_chips, use_jit_compile
+from helpers import MAX_LENGTH, REPO
+from masked_lm import make_dataset
+from run_mlm import check_paths_for_pod
+from shards import find_shards
+from utils import UserError
 
 MASKING = dict(mask_token_id=4, special_token_ids=[0, 1, 2, 3, 4], vocab_size=1000, mlm_probability=0.15)
 
@@ -94,7 +97,7 @@ def test_why_the_tpu_cannot_be_used(tmp_path):
     held = explain_unusable_tpu(chips, error, tpu_build, {4242: "python3 train.py"})
     assert "another process holds the TPU (PID 4242: python3 train.py)" in held and "kill PID" in held
     other = explain_unusable_tpu(chips, error, tpu_build, {})
-    assert "RuntimeError: TPU initialization failed" in other and "python utils.py check-tpu" in other
+    assert "RuntimeError: TPU initialization failed" in other and "python devices.py check-tpu" in other
     assert all(text.startswith("this machine has TPU chips (8 x TPU v5e)") and "--no_tpu" in text
                for text in (plain, replaced, held, other))
 
@@ -143,15 +146,18 @@ def test_the_installed_tensorflow_build(tmp_path):
 
 
 def test_check_tpu_says_what_is_wrong_on_a_machine_without_a_tpu():
-    # -X importtime lists every module imported: utils.py runs as __main__, and nothing may load it again as utils.
-    result = subprocess.run([sys.executable, "-X", "importtime", str(REPO / "utils.py"), "check-tpu"],
+    # -X importtime lists every module imported: devices.py runs as __main__, and nothing may load it again as devices.
+    result = subprocess.run([sys.executable, "-X", "importtime", str(REPO / "devices.py"), "check-tpu"],
                             capture_output=True, text=True)
     assert result.returncode == 1
     imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import")]
-    assert "diagnostics" in imported and "utils" not in imported
+    assert "diagnostics" in imported and "devices" not in imported
     assert f"error: the installed TensorFlow, tensorflow {metadata.version('tensorflow')}, is built for CPUs and " \
            "GPUs only" in result.stdout and "make install-tpu" in result.stdout
     assert "error: this machine has no TPU chips" in result.stdout
+    # The command of earlier versions of the README answers the same.
+    earlier = subprocess.run([sys.executable, str(REPO / "utils.py"), "check-tpu"], capture_output=True, text=True)
+    assert (earlier.returncode, earlier.stdout) == (result.returncode, result.stdout)
 
 
 def pod_args(**flags):

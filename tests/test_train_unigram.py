@@ -14,9 +14,9 @@ import sentencepiece as spm
 from transformers import AutoTokenizer
 
 import train_unigram
+from corpus import iter_text_file_batches
 from train_unigram import (build_tokenizer, log_one_minus_exp, reservoir_sample, tokenizer_from_sentencepiece,
                            train_sentencepiece, train_tokenizer)
-from utils import iter_text_file_batches
 
 from helpers import TOKENIZER_LINES, WIKITEXT, assert_entry_point_error, run_main, run_script
 

@@ -1,0 +1,391 @@
+"""Masked-LM pre-training of any 🤗 TF…ForMaskedLM with Keras `model.fit`, in one file to copy into your own program:
+it imports TensorFlow, tf-keras and NumPy, nothing else of this project.
+
+- MaskedLMTrainer: the training step (train_step, first), its loss and metrics at the masked positions only, the LM
+  head run where a prediction is needed, gradient accumulation, XLA;
+- make_dataset: one host's tf.data pipeline over TFRecord shards, masking as it goes;
+- mask_tokens: token, whole-word (word_start_table) or SpanBERT's span masking, 80/10/10;
+- frequency_log_probs: the baseline every figure is compared with, a table of token frequencies.
+
+Everything that runs per batch obeys XLA, the compiler behind TPUs: no Python `if` on tensor values, no shape that
+depends on values, one input shape. So batches always hold as many samples of exactly max_length tokens, and the
+loss is a sum over masked positions divided by their count, never a boolean selection of them. The input pipeline
+is TensorFlow ops only (a TPU Node's host cannot run Python for it) and masks anew on every pass; evaluation masks
+come from a fixed seed, so that its figures compare across rounds and runs.
+
+In your own program, under any tf.distribute strategy's scope:
+
+    mlm = TFAutoModelForMaskedLM.from_config(config)
+    mlm.build_in_name_scope()  # Its weights now: Keras looks for them before the first step.
+    trainer = MaskedLMTrainer(mlm, tokenizer.mask_token_id)
+    trainer.compile(optimizer=keras.optimizers.Adam(1e-4))
+    masking = dict(mask_token_id=tokenizer.mask_token_id, special_token_ids=tokenizer.all_special_ids,
+                   vocab_size=len(tokenizer), mlm_probability=0.15)
+    data = strategy.distribute_datasets_from_function(lambda context: make_dataset(
+        files, context, batch_size=32, max_length=128, masking=masking, seed=0, training=True,
+        shuffle_buffer_size=10_000))
+    trainer.fit(data, steps_per_epoch=1000)
+"""
+
+import json
+import logging
+import math
+import os
+
+import numpy as np
+import tensorflow as tf
+# 🤗 Transformers' TF models are Keras 2 models. Since TensorFlow 2.16, Keras 2 is the separate tf-keras package,
+# and `tf.keras` is Keras 3: every Keras object here must come from tf_keras.
+import tf_keras as keras
+
+logger = logging.getLogger("masked_lm")
+
+
+class MaskedLMTrainer(keras.Model):
+    """Trains a 🤗 TF…ForMaskedLM with model.fit, with loss and metrics over masked positions only.
+
+    A step's loss is the cross-entropy summed over the masked positions of the global batch, divided by their
+    number (an all-reduce across replicas), exactly as if one device had run the whole batch.
+
+    `loss`, `perplexity` and `masked_accuracy` cover every position chosen for prediction; but a tenth of those
+    keep their token, where a model that copies its input scores for free. The `..._at_mask` metrics cover only
+    the positions whose input became <mask>; with `frequency_log_probs`, the frequency table is scored there too
+    (`frequency_..._at_mask`), and `nats_beyond_frequency` is how much lower the model's cross-entropy is: 0 for a
+    model that learned the token frequencies and nothing from the context.
+
+    Gradient accumulation runs the micro-batches inside the step, so that the step counter, the schedule and the
+    checkpoints count optimizer steps. With `jit_compile`, each replica's forward and backward passes are compiled
+    with XLA, the optimizer update not: Keras cannot compile an update of variables mirrored on several devices
+    (keras-team/tf-keras#385). A TPU compiles everything anyway.
+
+    The steps are traced without AutoGraph, which rewrites Python `if`s and loops over tensors into graph ops:
+    neither these steps nor 🤗's models branch on a tensor, and rewriting the models' source took 4 of the 5.6 s
+    that tracing the first evaluation took (a tiny RoBERTa, on a CPU), on every host, before every run.
+    """
+
+    def __init__(self, mlm, mask_token_id, gradient_accumulation_steps=1, jit_compile=False,
+                 frequency_log_probs=None):
+        super().__init__()
+        self.mlm, self.mask_token_id = mlm, mask_token_id
+        self.gradient_accumulation_steps = gradient_accumulation_steps
+        self.frequency_log_probs = None if frequency_log_probs is None else tf.constant(frequency_log_probs)
+        names = ["masked_accuracy", "loss_at_mask", "accuracy_at_mask"]
+        if frequency_log_probs is not None:
+            names += ["frequency_loss_at_mask", "frequency_accuracy_at_mask", "nats_beyond_frequency"]
+        self.trackers = {"loss": keras.metrics.Mean(name="loss"), "perplexity": Perplexity(name="perplexity"),
+                         **{name: keras.metrics.Mean(name=name) for name in names}}
+        self.compute_gradients, self.masked_lm_sums = (
+            tf.function(function, jit_compile=True, autograph=False) if jit_compile else function
+            for function in (self._compute_gradients, self._masked_lm_sums))
+
+    @property
+    def metrics(self):  # What Keras resets at the start of each epoch and evaluation.
+        return list(self.trackers.values())
+
+    def call(self, inputs, training=False):
+        return self.mlm(**inputs, training=training).logits
+
+    @tf.autograph.experimental.do_not_convert
+    def train_step(self, batch):
+        gradient_sums, sums = self.compute_gradients(batch)
+        global_count = tf.distribute.get_replica_context().all_reduce("sum", sums["count"])
+        # The optimizer sums the replicas' gradients: divided by the global count, that sum is the gradient of the
+        # mean over every masked position of the global batch.
+        gradients = [gradient / tf.maximum(global_count, 1.0) for gradient in gradient_sums]
+        self.optimizer.apply_gradients(zip(gradients, self.mlm.trainable_variables))
+        return self._update_metrics(sums)
+
+    @tf.autograph.experimental.do_not_convert
+    def test_step(self, batch):
+        return self._update_metrics(self.masked_lm_sums(batch))
+
+    def _compute_gradients(self, batch):
+        """Gradients of the summed masked cross-entropy and the summed stats, over the micro-batches."""
+        steps = self.gradient_accumulation_steps
+        micro_batches = {name: tf.reshape(value, [steps, -1, value.shape[-1]]) for name, value in batch.items()}
+        gradient_sums, stat_sums = None, None
+        # A Python loop, unrolled into the graph: in a graph loop nested in Keras' steps_per_execution loop,
+        # TensorFlow's optimizer turns large gradient sums into accumulators whose variables clash
+        # (AlreadyExistsError). The graph, and compilation time, grow with the number of micro-batches.
+        for i in range(steps):
+            with tf.GradientTape() as tape:
+                stats = self._masked_lm_sums({name: value[i] for name, value in micro_batches.items()}, True)
+            # Zeros for the weights the loss does not reach (a pooler, ALBERT's second output bias).
+            gradients = [tf.convert_to_tensor(gradient) for gradient in tape.gradient(
+                stats["cross_entropy"], self.mlm.trainable_variables, unconnected_gradients="zero")]
+            gradient_sums = gradients if gradient_sums is None else [
+                total + gradient for total, gradient in zip(gradient_sums, gradients)]
+            stat_sums = stats if stat_sums is None else {name: stat_sums[name] + stats[name] for name in stats}
+        return gradient_sums, stat_sums
+
+    def _masked_lm_sums(self, batch, training=False):
+        """Sums by name of the cross-entropy, correct predictions and count at the positions chosen for prediction,
+        and at those whose input is <mask>; at the latter, the frequency table's too."""
+        if "masked_positions" in batch:
+            # Encode every position, but project only K of them onto the vocabulary: at length 128, that skips
+            # about three quarters of the LM head's work.
+            encoder = getattr(self.mlm, self.mlm.base_model_prefix)
+            hidden = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                             training=training)[0]
+            logits = lm_head(self.mlm, tf.gather(hidden, batch["masked_positions"], batch_dims=1))
+            labels, inputs = (tf.gather(batch[name], batch["masked_positions"], batch_dims=1)
+                              for name in ("labels", "input_ids"))
+        else:
+            logits = self.mlm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                              training=training).logits
+            labels, inputs = batch["labels"], batch["input_ids"]
+        logits = tf.cast(logits, tf.float32)  # A softmax over the vocabulary needs float32, in bfloat16 mode too.
+        is_chosen = labels != -100
+        is_mask = is_chosen & (inputs == self.mask_token_id)
+        labels = tf.where(is_chosen, labels, 0)  # Any valid id: the sums leave those positions out.
+        cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        correct = tf.argmax(logits, axis=-1, output_type=labels.dtype) == labels
+
+        def total(where, values):  # tf.where, not a product with a 0/1 weight: -inf * 0 would be NaN.
+            return tf.reduce_sum(tf.where(where, tf.cast(values, tf.float32), 0.0))
+
+        sums = {"cross_entropy": total(is_chosen, cross_entropy), "correct": total(is_chosen, correct),
+                "count": total(is_chosen, 1.0), "mask_cross_entropy": total(is_mask, cross_entropy),
+                "mask_correct": total(is_mask, correct), "mask_count": total(is_mask, 1.0)}
+        if self.frequency_log_probs is not None:
+            most_frequent = tf.argmax(self.frequency_log_probs, output_type=labels.dtype)
+            sums["frequency_cross_entropy"] = total(is_mask, -tf.gather(self.frequency_log_probs, labels))
+            sums["frequency_correct"] = total(is_mask, labels == most_frequent)
+        return sums
+
+    def _update_metrics(self, sums):
+        """Each metric is a mean over positions: a batch's mean weighs as many positions as it covers."""
+        def update(name, total, count):
+            self.trackers[name].update_state(tf.math.divide_no_nan(total, count), sample_weight=count)
+
+        update("loss", sums["cross_entropy"], sums["count"])
+        update("perplexity", sums["cross_entropy"], sums["count"])
+        update("masked_accuracy", sums["correct"], sums["count"])
+        update("loss_at_mask", sums["mask_cross_entropy"], sums["mask_count"])
+        update("accuracy_at_mask", sums["mask_correct"], sums["mask_count"])
+        if self.frequency_log_probs is not None:
+            update("frequency_loss_at_mask", sums["frequency_cross_entropy"], sums["mask_count"])
+            update("frequency_accuracy_at_mask", sums["frequency_correct"], sums["mask_count"])
+            update("nats_beyond_frequency", sums["frequency_cross_entropy"] - sums["mask_cross_entropy"],
+                   sums["mask_count"])
+        return {metric.name: metric.result() for metric in self.metrics}
+
+
+class Perplexity(keras.metrics.Mean):
+    """exp(mean cross-entropy per masked token)."""
+
+    def result(self):
+        return tf.exp(super().result())
+
+
+# The layers between the encoder and the logits, for the models whose get_lm_head() is only the last of them.
+LM_HEAD_LAYERS = {"electra": ("generator_predictions", "generator_lm_head"),
+                  "convbert": ("generator_predictions", "generator_lm_head"),
+                  "distilbert": ("vocab_transform", "act", "vocab_layer_norm", "vocab_projector")}
+
+
+def lm_head(mlm, hidden):
+    """The logits of a 🤗 TF…ForMaskedLM `mlm` at the encoder's hidden states `hidden` [..., positions, hidden]."""
+    for name in LM_HEAD_LAYERS.get(mlm.config.model_type, ()):
+        hidden = getattr(mlm, name)(hidden)
+    return hidden if mlm.config.model_type in LM_HEAD_LAYERS else mlm.get_lm_head()(hidden)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The input pipeline and the masking
+
+
+def make_dataset(files, input_context, *, batch_size, max_length, masking, seed, training,
+                 shuffle_buffer_size=None, num_batches=None):
+    """One host's input pipeline, endless (fit stops after the steps it asks for): its own shards (host i of n
+    reads shards i, i + n, ...), read in parallel, batched `batch_size` per replica, parsed and masked (`masking`:
+    mask_tokens' arguments). Training data is shuffled (shard order, then samples in a buffer), with new masks on
+    every pass. Evaluation data is its first `num_batches` batches, each masked from (seed, batch index), over and
+    over: Keras keeps one iterator for every evaluation of a fit call, and each must see the same masks."""
+    host, num_hosts = input_context.input_pipeline_id, input_context.num_input_pipelines
+    if training:
+        own = [os.path.basename(file) for file in files[host::num_hosts]]
+        logger.info("Input pipeline %d of %d reads %d of the %d training shards: %s", host, num_hosts, len(own),
+                    len(files), ", ".join(own[:3]) + (", ..." if len(own) > 3 else ""))
+    files = tf.data.Dataset.from_tensor_slices(files).shard(num_hosts, host)
+    if training:
+        files = files.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
+    records = files.interleave(tf.data.TFRecordDataset, cycle_length=8, num_parallel_calls=tf.data.AUTOTUNE,
+                               deterministic=not training)
+    if training:
+        records = records.shuffle(shuffle_buffer_size, seed=seed)
+    batches = records.batch(batch_size, drop_remainder=True)  # One static batch shape, as XLA wants.
+    if not training:
+        batches = batches.take(num_batches)
+    # The record format (written by prepare_tfrecord_shards.py): two int64 features of max_length values each.
+    features = {name: tf.io.FixedLenFeature([max_length], tf.int64) for name in ("input_ids", "attention_mask")}
+
+    @tf.autograph.experimental.do_not_convert  # Python branches only (see MaskedLMTrainer).
+    def parse_and_mask(index, serialized):
+        batch = {name: tf.cast(value, tf.int32) for name, value in tf.io.parse_example(serialized, features).items()}
+        batch.update(mask_tokens(batch["input_ids"], tf.stack([tf.constant(seed, tf.int64), index]), **masking))
+        return batch
+
+    batches = batches.enumerate().map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE)
+    if not training:
+        batches = batches.repeat()
+    # Autotuning off: deleting an iterator (at the end of every fit call) could otherwise wait up to a minute for
+    # the tuning thread (benchmarks/README.md, "The end of a fit call"). The prefetch buffer still grows as needed.
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
+
+
+def mask_tokens(input_ids, seed, *, mask_token_id, special_token_ids, vocab_size, mlm_probability,
+                max_predictions=0, word_starts=None, spans=False):
+    """Masks a batch of token ids [batch, length]: a dict of "input_ids", "labels" (and "masked_positions").
+
+    Each token that is not special is chosen with probability `mlm_probability`; of those, 80 % become
+    `mask_token_id`, 10 % a random token, 10 % stay. "labels" hold the original id where chosen, -100 elsewhere.
+    With `word_starts` (word_start_table), whole words are chosen instead (choose_words), and with `spans`,
+    SpanBERT's spans of words. With `max_predictions` K > 0, at most K positions per sequence are chosen (the
+    lowest draws; whole words), and "masked_positions" [batch, K] lists them, padded with unchosen ones: the LM head
+    needs logits there only. Stateless random ops make the result a function of `seed` (two integers), and every
+    shape is static: safe in tf.data and under XLA.
+    """
+    mask_seed, replace_seed, random_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
+    shape = tf.shape(input_ids)
+    is_special = tf.reduce_any(input_ids[..., tf.newaxis] == special_token_ids, axis=-1)
+    batch = {}
+    if word_starts is not None:
+        chosen, replace_draw = choose_words(input_ids, is_special, word_starts, mask_seed, replace_seed,
+                                            mlm_probability, max_predictions, spans)
+        if max_predictions:  # The chosen positions first (top_k keeps the lower index among equals).
+            batch["masked_positions"] = tf.math.top_k(tf.cast(chosen, tf.float32), k=max_predictions).indices
+    else:
+        draw = tf.random.stateless_uniform(shape, mask_seed)
+        chosen = ~is_special & (draw < mlm_probability)
+        if max_predictions:
+            # Rank positions by their draw, chosen ones first, and keep the first K: top_k has a static shape.
+            scores = tf.where(chosen, draw, 2.0)
+            lowest = tf.math.top_k(-scores, k=max_predictions)
+            chosen &= scores <= -lowest.values[:, -1:]
+            batch["masked_positions"] = lowest.indices
+        replace_draw = tf.random.stateless_uniform(shape, replace_seed)
+    random_ids = tf.random.stateless_uniform(shape, random_seed, maxval=vocab_size, dtype=input_ids.dtype)
+    masked_ids = tf.where(chosen & (replace_draw < 0.8), tf.cast(mask_token_id, input_ids.dtype), input_ids)
+    batch["input_ids"] = tf.where(chosen & (replace_draw >= 0.8) & (replace_draw < 0.9), random_ids, masked_ids)
+    batch["labels"] = tf.where(chosen, input_ids, tf.constant(-100, input_ids.dtype))
+    return batch
+
+
+MAX_SPAN_WORDS = 10  # SpanBERT's clip of its span lengths (in words), drawn from Geometric(0.2).
+
+
+def choose_words(input_ids, is_special, word_starts, mask_seed, replace_seed, mlm_probability, max_predictions,
+                 spans):
+    """(chosen, replace_draw) of mask_tokens, [batch, length] each, for whole words: a token starts a word where
+    `word_starts` says so, at a sample's start, and after a special token that starts a word (each such special
+    is a word of its own, never chosen; <unk>, for unknown characters, stays inside its word). Every draw is made
+    per word slot (a row has at most `length` words) and spread over the word's tokens, so a word is chosen, and
+    replaced 80/10/10, as a whole; each word with probability `mlm_probability`, which is thus also the expected
+    share of tokens.
+
+    With `spans`, words are chosen in SpanBERT's spans: a span of Geometric(0.2) words, clipped at
+    MAX_SPAN_WORDS, starts at each word slot with the probability span_start_probability(); a word is chosen when
+    a span covers it (spans that overlap merge, as SpanBERT's, drawn one after the other, do not). Slots before the
+    row count too, so that every word is covered with `mlm_probability`. The draws of the span's first word serve
+    the whole span. With `max_predictions` K, words are kept in the order of their draws while their tokens fit
+    in K, a word never cut."""
+    length = input_ids.shape[1]
+    starts = tf.gather(tf.constant(word_starts), input_ids)
+    starts |= tf.pad((is_special & starts)[:, :-1], [[0, 0], [1, 0]], constant_values=True)  # After <s>, </s>.
+    word = tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1  # Each token's word slot.
+    slots = MAX_SPAN_WORDS - 1 + length if spans else length  # Spans may start before the row.
+    draws = tf.random.stateless_uniform([tf.shape(input_ids)[0], slots, 2], mask_seed)
+    draw, replace = draws[..., 0], tf.random.stateless_uniform(tf.shape(draws)[:2], replace_seed)
+    if spans:
+        begins = draw < span_start_probability(mlm_probability)
+        # Geometric(0.2) lengths from the second draw, by inversion: P(length > n) = 0.8 ** n.
+        lengths = tf.minimum(1 + tf.floor(tf.math.log(1.0 - draws[..., 1]) / math.log(0.8)), MAX_SPAN_WORDS)
+        score = tf.fill([tf.shape(input_ids)[0], length], 2.0)
+        span_replace = tf.zeros_like(score)
+        for back in range(MAX_SPAN_WORDS):  # Slot w is covered by a span begun `back` slots earlier.
+            first = MAX_SPAN_WORDS - 1 - back
+            covers = begins[:, first:first + length] & (lengths[:, first:first + length] > back)
+            better = covers & (draw[:, first:first + length] < score)
+            score = tf.where(better, draw[:, first:first + length], score)
+            span_replace = tf.where(better, replace[:, first:first + length], span_replace)
+        draw, replace, chosen_word = score, span_replace, score < 2.0
+    else:
+        chosen_word = draw < mlm_probability
+    chosen = ~is_special & tf.gather(chosen_word, word, batch_dims=1)
+    if max_predictions:
+        # Chosen tokens per word slot, the slots in the order of their draws, and the words that fit in K.
+        rows = tf.range(tf.shape(word)[0])[:, tf.newaxis] * length
+        sizes = tf.reshape(tf.math.unsorted_segment_sum(tf.cast(chosen, tf.int32), word + rows,
+                                                        tf.size(word)), tf.shape(word))
+        order = tf.argsort(tf.where(sizes > 0, draw, 2.0), axis=1, stable=True)
+        fits = tf.cumsum(tf.gather(sizes, order, batch_dims=1), axis=1) <= max_predictions
+        kept = tf.gather(fits, tf.argsort(order, axis=1), batch_dims=1)
+        chosen &= tf.gather(kept, word, batch_dims=1)
+    return chosen, tf.gather(replace, word, batch_dims=1)
+
+
+def span_start_probability(mlm_probability):
+    """The probability q that a span begins at a word slot, such that a slot is covered with `mlm_probability`:
+    1 - prod over n < MAX_SPAN_WORDS of (1 - q P(length > n)) = mlm_probability, solved by bisection."""
+    survival = 0.8 ** np.arange(MAX_SPAN_WORDS)
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if 1 - np.prod(1 - middle * survival) < mlm_probability else (low, middle)
+    return (low + high) / 2
+
+
+def word_start_table(tokenizer):
+    """[vocabulary] booleans, True for the tokens that begin a word, read once from the tokenizer's pieces: for
+    SentencePiece-style tokenizers (Metaspace, this pipeline's Unigram), those beginning with "▁"; for
+    WordPiece (BERT's), those not beginning with "##"; for byte-level BPE (GPT-2, RoBERTa), "Ġ". Specials begin
+    a word, but <unk>, which stands for characters inside one. Raises ValueError for a tokenizer whose pieces do
+    not show where words begin."""
+    backend = json.loads(tokenizer.backend_tokenizer.to_str()) if tokenizer.is_fast else {}
+    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    layout = json.dumps([backend.get("pre_tokenizer"), backend.get("decoder")])
+    if backend.get("model", {}).get("type") == "WordPiece":
+        prefix = backend["model"]["continuing_subword_prefix"]
+        table = np.array([not piece.startswith(prefix) for piece in pieces])
+    elif '"Metaspace"' in layout or '"ByteLevel"' in layout:
+        marker = "▁" if '"Metaspace"' in layout else "Ġ"
+        table = np.array([piece.startswith(marker) for piece in pieces])
+    else:
+        raise ValueError("--masking whole_word and span need a tokenizer whose pieces show where words begin "
+                        "(SentencePiece's ▁, WordPiece's ##, or byte-level BPE's Ġ), but this one's show "
+                        "none. Use --masking token, or a tokenizer from train_unigram.py.")
+    table[[i for i in tokenizer.all_special_ids if i != tokenizer.unk_token_id]] = True
+    return table
+
+
+def default_max_predictions(mlm_probability, max_length, masking="token"):
+    """Positions per sequence the LM head computes logits at: the expected number of masks plus three standard
+    deviations, rounded up to a multiple of 8 (a friendly shape for TPUs): the cap almost never bites. Spans of
+    several words vary more from sequence to sequence: twice that margin."""
+    mean = mlm_probability * max_length
+    spread = (2 if masking == "span" else 1) * 3 * math.sqrt(max_length * mlm_probability * (1 - mlm_probability))
+    return min(max_length, 8 * math.ceil((mean + spread) / 8))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The frequency baseline
+
+
+def frequency_log_probs(token_counts, special_token_ids):
+    """Log-probabilities of the best constant predictor of masked tokens: each token's frequency in the training
+    data, special tokens left out (-inf: never masked), add-one smoothed so that an unseen token costs finitely."""
+    counts = np.asarray(token_counts, np.float64) + 1.0
+    counts[list(special_token_ids)] = 0.0
+    with np.errstate(divide="ignore"):
+        return np.log(counts / counts.sum()).astype(np.float32)
+
+
+def start_from_token_frequencies(mlm, log_probs):
+    """Sets the LM head's output bias to the tokens' log-frequencies: a new model then starts out predicting as the
+    frequency table does. Special tokens get the lowest finite value, which keeps the logits finite in bfloat16."""
+    finite = np.isfinite(log_probs)
+    for bias in mlm.get_lm_head().get_bias().values():  # ALBERT has two, of which TensorFlow uses one.
+        bias.assign(np.where(finite, log_probs, log_probs[finite].min()))

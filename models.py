@@ -1,0 +1,236 @@
+"""Tokenizers and models as every script loads and saves them: the tokenizer and config loaders, a model's weights
+(TensorFlow's, or PyTorch's safetensors read without PyTorch), the architectures tested here, the copy that 🤗
+Transformers 5 loads with PyTorch, and the model card. 🤗 Transformers and TensorFlow are imported inside the
+functions: prepare_tfrecord_shards.py loads a tokenizer without them.
+"""
+
+import copy
+import functools
+import json
+import logging
+import os
+
+from utils import UserError, is_gcs_path, local_copy
+
+logger = logging.getLogger("models")
+
+
+def load_tokenizer(name_or_path, flag, advice=None):
+    """AutoTokenizer.from_pretrained of a local or gs:// folder or a Hub id, named by the option `flag`: the one
+    tokenizer loader. A missing folder or an id that cannot be loaded stops with `advice` (default: train one with
+    train_unigram.py), instead of 🤗 Hub's errors about repository ids."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+    from transformers import AutoTokenizer
+
+    advice = advice or (f"Pass the folder written by train_unigram.py (train one with `python train_unigram.py "
+                        f"--output_dir {name_or_path}`), or a Hub tokenizer id while online.")
+    local_path = local_copy(name_or_path)
+    if not os.path.isdir(local_path):
+        try:
+            validate_repo_id(local_path)
+        except HFValidationError:  # A path ("/a/b", "./a", "a/b/c"), which cannot be a Hub id.
+            raise UserError(f"the tokenizer folder {name_or_path!r} ({flag}) does not exist. Check the "
+                            f"path. {advice}") from None
+    try:
+        return AutoTokenizer.from_pretrained(local_path)
+    except (OSError, ValueError) as err:  # Not on the Hub, offline, or a folder without tokenizer files.
+        where = ("the folder holds no tokenizer that AutoTokenizer can load" if os.path.isdir(local_path)
+                 else "there is no such local folder, and it could not be loaded from the Hugging Face Hub")
+        raise UserError(f"cannot load the tokenizer {name_or_path!r} ({flag}): {where}.\n"
+                        f"{type(err).__name__}: {err}\n{advice}") from err
+
+
+def load_backend_tokenizer(name_or_path):
+    """The 🤗 Tokenizers tokenizer that AutoTokenizer.from_pretrained(name_or_path) wraps, and its vocabulary size
+    (added tokens included). A folder of train_unigram.py holds a plain PreTrainedTokenizerFast, which wraps its
+    tokenizer.json as it is: loaded directly, it gives the same tokens without importing 🤗 Transformers. Anything
+    else (a Hub id, a class that may adjust its tokenizer when it loads) goes through AutoTokenizer."""
+    local_path = local_copy(name_or_path)
+    tokenizer_file, config_file = (os.path.join(local_path, name) for name in ("tokenizer.json",
+                                                                               "tokenizer_config.json"))
+    if os.path.isfile(tokenizer_file) and os.path.isfile(config_file):
+        with open(config_file, encoding="utf-8") as f:
+            config = json.load(f)
+        # The settings with which PreTrainedTokenizerFast would change the tokenizer it loads.
+        if config.get("tokenizer_class") == "PreTrainedTokenizerFast" and not any(
+                config.get(setting) for setting in ("split_special_tokens", "add_prefix_space")):
+            from tokenizers import Tokenizer
+
+            tokenizer = Tokenizer.from_file(tokenizer_file)
+            return tokenizer, tokenizer.get_vocab_size(with_added_tokens=True)
+    tokenizer = load_tokenizer(name_or_path, "--tokenizer_name_or_path")
+    if not tokenizer.is_fast:
+        raise UserError(f"{name_or_path!r} has no fast (🤗 Tokenizers) version; train one with "
+                        "train_unigram.py.")
+    return tokenizer.backend_tokenizer, len(tokenizer)
+
+
+def load_config(name_or_path, flag, advice):
+    """AutoConfig.from_pretrained of a local or gs:// folder or file, or a Hub id: the one config loader."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(local_copy(name_or_path))
+    except (OSError, ValueError) as err:  # No such folder or id, no config.json, or not a config.
+        raise UserError(f"cannot load the model config {name_or_path!r} ({flag}): {err}\n{advice}") from err
+
+
+# RoBERTa-style models number positions from pad_token_id + 1: they need that many more position embeddings than
+# their longest sequence (RoBERTa-base: 514 for 512 tokens).
+MODELS_WITH_POSITION_OFFSET = ("roberta", "xlm-roberta", "camembert", "roberta-prelayernorm")
+
+
+def check_max_length(config, max_length, can_override=False, weights_from=None):
+    """Stops when samples of `max_length` tokens need more position embeddings than `config` has; `can_override`:
+    the script has --config_overrides; `weights_from`: the model whose weights fix their number."""
+    offset = config.pad_token_id + 1 if config.model_type in MODELS_WITH_POSITION_OFFSET else 0
+    needed = max_length + offset
+    if needed > config.max_position_embeddings:
+        raise UserError(
+            f"--max_length {max_length} needs {needed} position embeddings, but the model has "
+            f"max_position_embeddings={config.max_position_embeddings}, enough for "
+            f"{config.max_position_embeddings - offset} tokens. Lower --max_length"
+            + (f": the position embeddings of {weights_from!r} are weights, which cannot grow. For a longer second "
+               f"phase, build the model with them from the start (--config_overrides "
+               f"max_position_embeddings={needed} in the first phase)." if weights_from else
+               f", or add max_position_embeddings={needed} to --config_overrides." if can_override else "."))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Weights, and the copy for 🤗 Transformers 5
+
+
+# The model types that tests/test_architectures.py trains, resumes, fine-tunes and converts exactly (the README's
+# table): save_pytorch_copy writes no copy of any other.
+ARCHITECTURES = ("albert", "bert", "camembert", "convbert", "deberta", "deberta-v2", "distilbert", "electra", "mpnet",
+                 "roberta", "roberta-prelayernorm", "xlm-roberta")
+
+
+# A model's copy for 🤗 Transformers 5, which has no TensorFlow: a complete model folder inside the TensorFlow one.
+# Not beside tf_model.h5: Transformers 4.57's TensorFlow loader prefers any model.safetensors, and fails on these.
+PYTORCH_SUBFOLDER = "pytorch"
+
+
+def load_pretrained_model(model_class, name_or_path, flag, config, new_head=False):
+    """`model_class` (a 🤗 TF…For… class) of `config`, with the weights of a local or gs:// model folder or a Hub
+    id, named by the option `flag`: TensorFlow's (tf_model.h5) as from_pretrained loads them, else PyTorch's
+    (model.safetensors, in one file or sharded with an index): this pipeline's PyTorch copies, most Hub models.
+    With `new_head`, the head may be missing from the weights (a classifier made from a masked LM); the encoder
+    never."""
+    from transformers.utils import cached_file
+
+    local_path = local_copy(name_or_path)
+    find = functools.partial(cached_file, local_path, _raise_exceptions_for_missing_entries=False,
+                             _raise_exceptions_for_connection_errors=False)
+    if find("tf_model.h5") or find("tf_model.h5.index.json"):
+        # Not use_safetensors: a model.safetensors beside tf_model.h5 (on the Hub) would take precedence, and fail.
+        return model_class.from_pretrained(local_path, config=config, use_safetensors=False)
+    index = find("model.safetensors.index.json")
+    single = None if index else find("model.safetensors")
+    if not index and not single:
+        raise UserError(f"{name_or_path!r} ({flag}) holds no weights that TensorFlow can load: no tf_model.h5 and no "
+                        "model.safetensors (or model.safetensors.index.json). Pass a folder saved by this pipeline, "
+                        "or a model whose weights are in safetensors (PyTorch's pytorch_model.bin needs PyTorch: "
+                        "convert it with Transformers and PyTorch, `save_pretrained(folder)`).")
+    if index:
+        from transformers.utils.hub import get_checkpoint_shard_files
+
+        files = get_checkpoint_shard_files(local_path, index)[0]
+    model = model_class.from_config(config)
+    model.build_in_name_scope()
+    load_pytorch_weights(model, files if index else [single], name_or_path, new_head)
+    return model
+
+
+def load_pytorch_weights(model, files, name_or_path, new_head=False):
+    """Loads PyTorch-format safetensors `files` into the built TF `model`, by 🤗 Transformers' own PyTorch-to-TF
+    name mapping and transposes, refusing weights that are missing or of another shape. Transformers 4.57's
+    from_pretrained hands these files to that loader as open archives, which it iterates as dicts (TypeError:
+    'builtins.safe_open' object is not iterable); given numpy arrays, it loads them unchanged, without PyTorch."""
+    import tensorflow as tf
+    from safetensors.numpy import load_file
+    from transformers.modeling_tf_pytorch_utils import load_pytorch_state_dict_in_tf2_model
+
+    state_dict = {}
+    for file in files:
+        state_dict.update(load_file(file))
+    problem = f"the PyTorch weights of {name_or_path!r} do not fit a {type(model).__name__} of their config"
+    advice = "Pass a model folder of this architecture, with its head (config.json's \"architectures\")."
+    try:
+        _, info = load_pytorch_state_dict_in_tf2_model(
+            model, state_dict, tf_inputs=False, allow_missing_keys=True, output_loading_info=True,
+            skip_logger_warnings=True, tf_to_pt_weight_rename=getattr(model, "tf_to_pt_weight_rename", None))
+    except (ValueError, tf.errors.InvalidArgumentError) as err:  # A weight's shape; the message gives both.
+        raise UserError(f"{problem}: a weight has another shape ({err}). {advice}") from err
+    prefix = model.base_model_prefix + "."
+    missing = [name for name in info["missing_keys"] if not new_head or name.startswith(prefix)]
+    if missing:
+        raise UserError(f"{problem}: {len(missing)} weights are missing ({', '.join(missing[:5])}"
+                        f"{', ...' if len(missing) > 5 else ''}). {advice}")
+    if info["unexpected_keys"]:
+        logger.warning("Weights of %s that a %s does not use, left out: %s", name_or_path, type(model).__name__,
+                       ", ".join(sorted(info["unexpected_keys"])[:10]))
+    if new_head and info["missing_keys"]:
+        logger.info("A new %s head, from random weights: %s", type(model).__name__,
+                    ", ".join(info["missing_keys"]))
+
+
+def save_pytorch_copy(model, tokenizer, folder):
+    """Writes into {folder}/pytorch the 🤗 TF `model` as Transformers 5 loads it with PyTorch: config, `tokenizer`,
+    float32 weights in a PyTorch-format model.safetensors, named and laid out by Transformers' own TF-to-PyTorch
+    mapping, written by safetensors' numpy writer: no PyTorch needed. (TensorFlow's own safetensors keep the TF
+    names, which Transformers 5 ignores: it would load random weights.)"""
+    import numpy as np
+    from safetensors.numpy import save_file
+    from transformers.modeling_tf_pytorch_utils import apply_transpose, convert_tf_weight_name_to_pt_weight_name
+
+    if model.config.model_type not in ARCHITECTURES:
+        logger.warning("No PyTorch copy: the conversion of %s models is not tested here.", model.config.model_type)
+        return
+    pytorch_dir = os.path.join(folder, PYTORCH_SUBFOLDER)
+    config = copy.deepcopy(model.config)
+    config.architectures = [type(model).__name__.removeprefix("TF")]  # RobertaForMaskedLM
+    config.save_pretrained(pytorch_dir)
+    tokenizer.save_pretrained(pytorch_dir)
+    tensors = {}
+    for weight in model.weights:
+        name, transpose = convert_tf_weight_name_to_pt_weight_name(weight.name, tf_weight_shape=weight.shape)
+        if ".pooler." in name and config.model_type == "mpnet":
+            continue  # MPNet's TensorFlow models hold a pooler that neither uses; PyTorch's have none.
+        value = apply_transpose(transpose, weight.numpy(), pt_to_tf=False)
+        if "key_conv_attn_layer." in name and not name.endswith("pointwise.weight"):
+            # ConvBERT's separable convolution: PyTorch's keeps these as (channels, 1, kernel) and (channels, 1).
+            value = value.reshape(-1, 1, *value.shape[2:])
+        tensors[name] = np.ascontiguousarray(value, np.float32)
+    save_file(tensors, os.path.join(pytorch_dir, "model.safetensors"), metadata={"format": "pt"})
+
+
+def write_model_card(folder, output_dir, task, example, description):
+    """README.md in `folder`, for the Hub: the model's name (the last part of `output_dir`), `description`, and how
+    to run it in the `task` pipeline on `example`, with PyTorch and with TensorFlow."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    name = os.path.basename(output_dir.rstrip("/") if is_gcs_path(output_dir) else os.path.abspath(output_dir))
+    data = ModelCardData(library_name="transformers", pipeline_tag=task, tags=["tensorflow", "pytorch"])
+    ModelCard(f"""---
+{data.to_yaml()}
+---
+
+# {name}
+
+{description}
+
+## Use
+
+With 🤗 Transformers 5 and PyTorch, from the folder `{PYTORCH_SUBFOLDER}/` (converted from TensorFlow's weights), or
+with Transformers 4.57 and TensorFlow, from `tf_model.h5`:
+
+```python
+from transformers import pipeline
+
+pipe = pipeline("{task}", model="PATH_OR_HUB_ID", model_kwargs=dict(subfolder="{PYTORCH_SUBFOLDER}"))  # PyTorch
+pipe = pipeline("{task}", model="PATH_OR_HUB_ID", framework="tf", dtype=None)  # TensorFlow
+print(pipe("{example}"))
+```
+""").save(os.path.join(folder, "README.md"))

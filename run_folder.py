@@ -1,0 +1,468 @@
+"""One run_mlm.py run per --output_dir, and what a run keeps there as it goes:
+
+- the lease (running.json): a second run into the same folder stops at once, and a run that was killed is taken over;
+- where a run starts: nothing left to do, from scratch, or from the last usable checkpoint (last_checkpoint, which
+  every script that looks for a checkpoint uses), read whole before it is restored;
+- checkpoints every N steps and before stopping on SIGTERM or SIGINT (a preempted VM, Ctrl-C), the hosts of a
+  multi-worker run agreeing on the step; a NaN loss stops the run;
+- training_results.json and the logs at the end of each round (TensorBoard, speed, MFU); a full disk named with
+  what is safe.
+
+Keras' BackupAndRestore and tf.distribute's PreemptionCheckpointHandler do not fit TPU preemption (CheckpointAndStop
+says why).
+"""
+
+import atexit
+import contextlib
+import json
+import logging
+import math
+import os
+import signal
+import socket
+import tempfile
+import threading
+import time
+import uuid
+
+import tensorflow as tf
+import tf_keras as keras
+
+from devices import count_hosts, create_optimizer_state
+from utils import UserError, check_output_dir, delete, gcs_blob, is_gcs_path, out_of_space_named, \
+    refuse_a_file_as_output_dir
+
+logger = logging.getLogger("run_folder")
+
+
+# What a run writes into --output_dir before its end: a folder holding only these is a run to resume.
+RUN_STATE = ("checkpoints", "logs", "training_results.json")
+
+
+class OutputDirLease:
+    """One run at a time per --output_dir: {output_dir}/running.json names the run that writes there (host, process,
+    start) and when it last renewed its claim. The chief holds it (the other hosts of a multi-host run write only
+    to scratch folders), renews it every RENEW_SECONDS from a thread, and deletes it when its process exits.
+
+    A run killed with SIGKILL, or on a lost VM, cannot delete it. A later run takes over when the holder is gone:
+    on the holder's host, once its process no longer lives; elsewhere (a gs:// folder, or a local one shared across
+    hosts), once the claim has not been renewed for LEASE_SECONDS. Deleting the file takes over at once. Claims are
+    atomic (a file created only if absent, a rename; in a bucket, a write conditional on the object's generation):
+    of two runs that start together, one wins."""
+
+    NAME = "running.json"
+    LEASE_SECONDS = 600  # Ten missed renewals: a slow bucket or a long pause is not taken for a lost VM.
+    RENEW_SECONDS = 60
+
+    def __init__(self, output_dir):
+        self.output_dir, self.path = output_dir, os.path.join(output_dir, self.NAME)
+        self.claim = {"host": socket.gethostname(), "pid": os.getpid(), "process_start": process_start(os.getpid()),
+                      "started": time.time(), "renewed": time.time(), "run": uuid.uuid4().hex}
+        self.generation = None  # In a bucket: the object's generation, as this run last wrote it.
+        self.stopped = threading.Event()
+
+    def hold(self):
+        """Claims the folder, or raises UserError naming the run that holds it; released when the process exits."""
+        refuse_a_file_as_output_dir(self.output_dir)
+        holder, generation = self.read()
+        if holder is not None and self.holder_is_running(holder):
+            raise UserError(self.held_message(holder))
+        if holder is not None:
+            logger.warning("%s names a run that ended without releasing it (%s): this run takes over.", self.path,
+                           describe_run(holder))
+        if not self.claim_folder(holder is not None, generation):
+            raise UserError(self.held_message(self.read()[0] or {}))  # Another run claimed it first.
+        atexit.register(self.release)
+        threading.Thread(target=self.renew_until_stopped, daemon=True, name="output-dir-lease").start()
+
+    def holder_is_running(self, holder):
+        if holder.get("host") == self.claim["host"]:
+            started = process_start(holder.get("pid"))
+            if started is not None:  # /proc says whether its process lives, and whether it is the same one.
+                return started == holder.get("process_start")
+        return time.time() - holder.get("renewed", 0) < self.LEASE_SECONDS
+
+    def held_message(self, holder):
+        here = holder.get("host") == self.claim["host"]
+        return (f"another run is writing into --output_dir {self.output_dir!r}: {describe_run(holder)}. Two runs "
+                "in one folder would overwrite each other's checkpoints and model. Wait for it to end, or stop it "
+                f"(Ctrl-C, or `kill {holder.get('pid')}` on host {holder.get('host')}: it saves a checkpoint, and "
+                "the same command resumes from it), or choose another --output_dir."
+                + ("" if here else " If that run is gone (its VM lost), a new run takes over once its claim expires, "
+                   f"at {utc(holder.get('renewed', 0) + self.LEASE_SECONDS)} ({self.LEASE_SECONDS // 60} minutes "
+                   f"after it was last renewed), or at once if you delete {self.path}."))
+
+    def read(self):
+        """(the claim in the folder, its generation in a bucket), or (None, None) when there is none; {} for a file
+        that is not a claim (cut short by a full disk, say), which names no run and has expired."""
+        if is_gcs_path(self.path):
+            blob = gcs_blob(self.path)
+            from google.api_core.exceptions import NotFound
+
+            try:
+                blob.reload()  # Its generation, then the bytes of that generation.
+                data = blob.download_as_bytes(if_generation_match=blob.generation)
+            except NotFound:
+                return None, None
+            generation = blob.generation
+        else:
+            try:
+                with open(self.path, "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                return None, None
+            generation = None
+        try:
+            claim = json.loads(data)
+        except ValueError:
+            claim = None
+        return claim if isinstance(claim, dict) else {}, generation
+
+    def claim_folder(self, replacing, generation):
+        """Writes this run's claim where there was none, or over the ended run's; False if another run won."""
+        data = json.dumps(self.claim, indent=2).encode()
+        if is_gcs_path(self.path):
+            return self.write_to_bucket(data, expected_generation=generation or 0)  # 0: only if there is none.
+        os.makedirs(self.output_dir, exist_ok=True)
+        if replacing:  # A rename is atomic: of two runs taking over, one moves the ended run's claim away.
+            try:
+                os.rename(self.path, f"{self.path}.{self.claim['run']}")
+            except FileNotFoundError:
+                return False
+            os.remove(f"{self.path}.{self.claim['run']}")
+        try:
+            with open(self.path, "xb") as f:  # Only if there is none.
+                f.write(data)
+        except FileExistsError:
+            return False
+        return True
+
+    def write_to_bucket(self, data, expected_generation):
+        from google.api_core.exceptions import PreconditionFailed
+
+        blob = gcs_blob(self.path)
+        try:
+            blob.upload_from_string(data, if_generation_match=expected_generation)
+        except PreconditionFailed:
+            return False
+        self.generation = blob.generation
+        return True
+
+    def renew(self):
+        """Writes the claim again with the time now; False when another run has taken the folder over."""
+        self.claim["renewed"] = time.time()
+        data = json.dumps(self.claim, indent=2).encode()
+        if is_gcs_path(self.path):
+            return self.write_to_bucket(data, expected_generation=self.generation)
+        if (self.read()[0] or {}).get("run") != self.claim["run"]:
+            return False
+        try:
+            with open(f"{self.path}.tmp", "wb") as f:
+                f.write(data)
+            os.replace(f"{self.path}.tmp", self.path)
+        except OSError:  # A full disk: no stray file left beside the claim.
+            with contextlib.suppress(OSError):
+                os.remove(f"{self.path}.tmp")
+            raise
+        return True
+
+    def renew_until_stopped(self):
+        while not self.stopped.wait(self.RENEW_SECONDS):
+            try:
+                if not self.renew():
+                    logger.error("Another run has taken over %s: two runs now write into %s. Stop one of them.",
+                                 self.path, self.output_dir)
+                    return
+            except Exception as err:  # One failed renewal (a full disk, the network) must not end the run.
+                logger.warning("Could not renew %s: %s", self.path, err)
+
+    def release(self):
+        self.stopped.set()
+        if (self.read()[0] or {}).get("run") == self.claim["run"]:  # Never another run's claim.
+            delete(self.path)
+
+
+def describe_run(claim):
+    return (f"process {claim.get('pid', '?')} on host {claim.get('host', '?')}, started "
+            f"{utc(claim.get('started', 0))}, its claim last renewed {utc(claim.get('renewed', 0))}")
+
+
+def process_start(pid):
+    """When the process `pid` started, in clock ticks since boot (so that a new process given the same id is not
+    taken for it); "gone" when there is no such process; None where /proc cannot say."""
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]  # Field 22; the name before ")" may hold spaces.
+    except FileNotFoundError:
+        return "gone"
+    except (OSError, TypeError, ValueError, IndexError):
+        return None
+
+
+def utc(seconds):
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Where a run starts, and its checkpoints
+
+
+def check_where_the_run_starts(args, plan, recorded, is_chief):
+    """False when an earlier run of this command (`recorded`: its results) trained `plan.total_steps` and saved its
+    model: nothing left to do. Else refuses an --output_dir that holds something other than a run to resume (with
+    --overwrite, clears it), and a checkpoint that this command would not continue."""
+    saved_at = recorded.get("saved_model_step")
+    if saved_at is not None and saved_at >= plan.total_steps:
+        logger.info("The run in %s is already complete at step %d%s, and its model is saved there. Nothing to do. "
+                    "To train longer, raise --max_steps or --num_epochs; to start over, pass --overwrite.",
+                    args.output_dir, saved_at,
+                    f" (this command asks for {plan.total_steps})" if saved_at > plan.total_steps else "")
+        return False
+    if is_chief and saved_at is None:  # A folder with a model this script saved is this script's.
+        check_output_dir(args.output_dir, args.overwrite, resumable=(*RUN_STATE, OutputDirLease.NAME),
+                         stale=RUN_STATE)
+    latest = None if args.overwrite else last_checkpoint(os.path.join(args.output_dir, "checkpoints"))
+    step = latest and int(latest.rsplit("-", 1)[1])  # Checkpoints are numbered by their step.
+    if latest and recorded.get("global_batch_size", plan.global_batch_size) != plan.global_batch_size:
+        raise UserError(
+            f"{args.output_dir!r} holds a run, checkpointed at step {step}, that trained on global batches "
+            f"of {recorded['global_batch_size']} samples ({recorded['per_replica_batch_size']} per replica x "
+            f"{recorded['num_replicas']} replicas x {recorded['gradient_accumulation_steps']} accumulation steps), "
+            f"but this command's global batch is {plan.global_batch_size}. Its steps, learning-rate schedule and "
+            "place in the data count batches of that size. To resume it, run it with the same global batch "
+            "(--per_replica_batch_size x replicas x --gradient_accumulation_steps); to train with this one, start "
+            "over with --overwrite, or choose another --output_dir.")
+    if latest and step > plan.total_steps:
+        raise UserError(
+            f"{args.output_dir!r} holds an unfinished run, checkpointed at step {step}, beyond the "
+            f"{plan.total_steps} steps this command asks for. To finish it, run it with --max_steps {step} or more "
+            "(or as many --num_epochs as it had); to start over, pass --overwrite.")
+    return True
+
+
+def last_checkpoint(directory):
+    """The last checkpoint that CheckpointManager listed in `directory` (its file "checkpoint") whose files are
+    still there; None for none. Deleting a damaged checkpoint's files so makes the one before it the last, where
+    tf.train.latest_checkpoint would find none, and a run would silently start over."""
+    import tensorflow as tf
+
+    state = tf.train.get_checkpoint_state(directory)
+    paths = list(state.all_model_checkpoint_paths) if state else []
+    return next((path for path in reversed(paths) if tf.io.gfile.exists(path + ".index")), None)
+
+
+def check_checkpoint(path, directory):
+    """Reads every tensor of the checkpoint `path`; if one cannot be read (a file cut short by a full disk or an
+    interrupted copy, a corrupted byte), raises UserError naming it and the last intact checkpoint before it in
+    `directory`. Neither script goes back to an earlier step unasked: the user deletes the damaged files, and the
+    same command takes the one before (see last_checkpoint). Restoring reads lazily (the optimizer's slots only
+    once the first step creates them): a damaged file would otherwise fail deep inside training."""
+    error = checkpoint_read_error(path)
+    if error is None:
+        return
+    import tensorflow as tf
+
+    state = tf.train.get_checkpoint_state(directory)
+    earlier = [other for other in (state.all_model_checkpoint_paths if state else []) if other != path]
+    intact = next((other for other in reversed(earlier)
+                   if tf.io.gfile.exists(other + ".index") and checkpoint_read_error(other) is None), None)
+    from diagnostics import damaged_checkpoint_message
+
+    raise UserError(damaged_checkpoint_message(path, error, intact))
+
+
+def checkpoint_read_error(path):
+    """Why the checkpoint `path` cannot be read whole, or None."""
+    import tensorflow as tf
+
+    try:
+        reader = tf.train.load_checkpoint(path)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except (tf.errors.OpError, IndexError, ValueError) as error:  # IndexError: "Read less bytes than requested".
+        return error
+    return None
+
+
+def restore_last_checkpoint(args, trainer, is_chief):
+    """Restores the last checkpoint in --output_dir, if any: weights, optimizer state and step, hence the
+    learning-rate schedule. Returns the CheckpointManager that saves the next ones; the other hosts of a
+    multi-worker job take part in saving (a collective operation), into a scratch folder."""
+    directory = os.path.join(args.output_dir, "checkpoints")
+    latest = None if args.overwrite else last_checkpoint(directory)
+    if latest:
+        check_checkpoint(latest, directory)
+    # Adam's moments now, in a new run too: created in the first step, they would make TensorFlow trace it twice; and
+    # each one created after a restore would read the checkpoint again (over gs://, a minute for the tests' model).
+    create_optimizer_state(trainer.optimizer, trainer.mlm.trainable_variables)
+    checkpoint = tf.train.Checkpoint(model=trainer.mlm, optimizer=trainer.optimizer)
+    if latest:
+        checkpoint.restore(latest)
+        logger.info("Resuming from %s, at step %d", latest, int(trainer.optimizer.iterations.numpy()))
+    return tf.train.CheckpointManager(checkpoint, directory if is_chief else tempfile.mkdtemp(), max_to_keep=3)
+
+
+class CheckpointAndStop(keras.callbacks.Callback):
+    """Saves a checkpoint every `every_steps` steps and at the last one. SIGTERM (a preempted VM) and SIGINT (Ctrl-C)
+    take effect at the end of the step: a checkpoint is saved, then the script exits with the shell's code for the
+    signal. The hosts of a multi-worker job agree on that step, whichever was signalled: one that left alone would
+    leave the others waiting in a collective operation. A NaN or infinite loss stops training with no checkpoint
+    after it. (Keras' BackupAndRestore refuses OneDeviceStrategy and numbers checkpoints by save, not step;
+    tf.distribute's PreemptionCheckpointHandler ignores SIGTERM on Cloud TPU, CPU and GPU VMs.)"""
+
+    def __init__(self, manager, every_steps, strategy, start_step, is_chief):
+        super().__init__()
+        self.manager, self.every_steps, self.strategy, self.is_chief = manager, every_steps, strategy, is_chief
+        self.last_saved_step = start_step
+        # One process drives every host of a TPU pod slice; a multi-worker job has a process per host.
+        self.hosts_must_agree = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) \
+            and count_hosts(strategy) > 1
+        self.received_signal = None  # The name of the signal this process received, if any.
+        self.stop_requested = False  # By a signal, to this host or to another.
+        self.diverged_at_step = None
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self.on_signal)
+
+    def on_signal(self, signum, frame):
+        self.received_signal = signal.Signals(signum).name
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        flags = [self.received_signal is not None, not math.isfinite(float(logs["loss"]))]
+        if self.hosts_must_agree:  # Each flag true where it is true on any host: one small all-reduce per step.
+            values = self.strategy.run(lambda: tf.constant([float(flag) for flag in flags]))
+            flags = [bool(total > 0) for total in self.strategy.reduce("SUM", values, axis=None)]
+        self.stop_requested, diverged = flags
+        if diverged:
+            self.diverged_at_step = step
+        elif self.stop_requested or step - self.last_saved_step >= self.every_steps:
+            self.save(step)
+        self.model.stop_training = self.stop_requested or diverged
+
+    def save(self, step):
+        directory = self.manager.directory
+        try:
+            with out_of_space_in_run(directory, f"the checkpoint of step {step}", directory):
+                self.manager.save(checkpoint_number=step)
+        except UserError:  # The files of the failed save go, giving their space back; the last good one stays.
+            for leftover in tf.io.gfile.glob(os.path.join(directory, f"ckpt-{step}[._]*")):
+                delete(leftover)
+            raise
+        self.last_saved_step = step
+
+    def finish(self, step):
+        """After training: exits after a NaN loss or a stop signal, else saves the last step's checkpoint."""
+        if self.diverged_at_step is not None:
+            raise UserError(f"the loss became NaN or infinite at step {self.diverged_at_step}. The last "
+                            f"good checkpoint, {self.manager.latest_checkpoint}, is kept. Lower --learning_rate "
+                            "or raise --warmup_steps, then run the same command again to resume from it.")
+        if step > self.last_saved_step:
+            self.save(step)  # The final step, whatever the interval.
+        if not self.is_chief:
+            tf.io.gfile.rmtree(self.manager.directory)  # Its scratch folder.
+        if self.stop_requested or self.received_signal:
+            logger.info("Stopped by %s at step %d, after saving checkpoint %s. Run the same command to resume.",
+                        self.received_signal or "a signal to another host", step, self.manager.latest_checkpoint)
+            # The shell's code for "killed by that signal"; another host's signal counts as a SIGTERM.
+            raise SystemExit(128 + signal.Signals[self.received_signal or "SIGTERM"])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# What a run records as it goes
+
+
+class ResultsFile(dict):
+    """training_results.json in --output_dir, rewritten by the chief at every record: the run's batch (checked when
+    it resumes), its metrics so far, and, once saved, the step of its model (a finished run)."""
+
+    def __init__(self, output_dir, is_chief, overwrite):
+        self.path, self.is_chief = os.path.join(output_dir, "training_results.json"), is_chief
+        super().__init__({} if overwrite or not tf.io.gfile.exists(self.path) else self.read())
+
+    def read(self):
+        with tf.io.gfile.GFile(self.path) as f:
+            try:
+                results = json.load(f)
+            except json.JSONDecodeError:  # Not this script's: check_output_dir refuses the folder.
+                return {}
+        return results if isinstance(results, dict) else {}
+
+    def record(self, **fields):
+        self.update(fields)
+        if self.is_chief:
+            tf.io.gfile.makedirs(os.path.dirname(self.path))  # The first record comes before any checkpoint.
+            with out_of_space_in_run(os.path.dirname(self.path), os.path.basename(self.path),
+                                     os.path.join(os.path.dirname(self.path), "checkpoints")):
+                try:  # Written whole, then renamed: a full disk leaves the last complete file.
+                    with tf.io.gfile.GFile(self.path + ".tmp", "w") as f:
+                        json.dump(self, f, indent=2)
+                    tf.io.gfile.rename(self.path + ".tmp", self.path, overwrite=True)
+                except Exception:
+                    delete(self.path + ".tmp")
+                    raise
+
+
+class RoundEnd(keras.callbacks.Callback):
+    """At the end of each round (a Keras epoch), its training and evaluation metrics and its speed to the log, to
+    `results` and to TensorBoard, at the optimizer step they belong to, with the learning rate. The speed counts
+    from the end of the round's first execution (which, in a fit call's first round, also traces and compiles the
+    step and fills the input pipeline) to the end of its last; a round of one execution counts from its start."""
+
+    def __init__(self, results, log_dir, learning_rate_schedule, throughput):
+        super().__init__()
+        self.results, self.learning_rate_schedule, self.throughput = results, learning_rate_schedule, throughput
+        self.log_dir, self.checkpoint_dir = log_dir, os.path.join(os.path.dirname(log_dir), "checkpoints")
+        with out_of_space_in_run(log_dir, "TensorBoard logs", self.checkpoint_dir):
+            self.writers = {part: tf.summary.create_file_writer(os.path.join(log_dir, part))
+                            for part in ("train", "eval")}
+        self.execution_ends = []  # (time, steps done in the round) at the end of each execution of the round.
+        self.compared_with_input = False
+        self.ended_at = None  # When the last round's figures were written.
+
+    def write_tensorboard(self, part, metrics, step):
+        with out_of_space_in_run(self.log_dir, "TensorBoard logs", self.checkpoint_dir):
+            with self.writers[part].as_default(step=step):
+                for name, value in metrics.items():
+                    tf.summary.scalar(name, value)
+                if part == "train":
+                    tf.summary.scalar("learning_rate", self.learning_rate_schedule(step))
+            self.writers[part].flush()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.execution_ends = [(time.perf_counter(), 0)]
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.execution_ends.append((time.perf_counter(), batch + 1))  # `batch`: the execution's last step.
+
+    def on_epoch_end(self, epoch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        train = {name: value for name, value in logs.items() if not name.startswith("val_")}
+        evaluation = {name.removeprefix("val_"): value for name, value in logs.items() if name.startswith("val_")}
+        ends = self.execution_ends
+        (first_time, first_steps), (last_time, last_steps) = ends[1] if len(ends) > 2 else ends[0], ends[-1]
+        speed = self.throughput.figures(last_steps - first_steps, last_time - first_time)
+        logger.info("Step %d: %s; %s", step, format_metrics(logs), self.throughput.describe(speed))
+        if self.throughput.input_samples_per_second and not self.compared_with_input:
+            self.results.record(input_pipeline_share=self.throughput.compare_with_input(speed))
+            self.compared_with_input = True
+        self.results.record(step=step, final_train=train, speed=speed,
+                            **({"final_eval": evaluation} if evaluation else {}))
+        self.write_tensorboard("train", {**train, **speed}, step)
+        self.write_tensorboard("eval", evaluation, step)
+        self.ended_at = time.perf_counter()
+
+
+def out_of_space_in_run(folder, what, checkpoint_dir):
+    """utils.out_of_space_named for what a run writes as it goes: its checkpoints stay, and after space is freed,
+    the same command resumes from the last one."""
+    def then():
+        latest = last_checkpoint(checkpoint_dir)
+        return (f"The checkpoints in {checkpoint_dir!r} are intact, the last {latest!r}: free space, then run the "
+                "same command again; it resumes from there." if latest else "No checkpoint was saved yet: free "
+                "space, then run the same command again; it starts over.")
+
+    return out_of_space_named(folder, what, then)
+
+
+def format_metrics(metrics):
+    return ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
