@@ -32,7 +32,7 @@ from devices import count_hosts, create_optimizer_state
 from utils import UserError, check_output_dir, delete, gcs_blob, is_gcs_path, out_of_space_named, \
     refuse_a_file_as_output_dir
 
-logger = logging.getLogger("run_folder")
+logger = logging.getLogger("run_mlm")  # What it logs are the lines of a run_mlm.py run (its rounds, its stop).
 
 
 # What a run writes into --output_dir before its end: a folder holding only these is a run to resume.
