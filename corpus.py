@@ -34,17 +34,19 @@ def add_corpus_arguments(group):
 
 
 def text_batches(*, text_column, batch_size, limit=None, data_files=None, dataset_name=None, dataset_config=None,
-                 splits=None, trust_remote_code=False):
+                 splits=None, trust_remote_code=False, long_texts=False):
     """{split: iterator of lists of up to `batch_size` texts}, empty and whitespace-only texts left out, `limit`
     records read at most per split, streamed: memory stays flat whatever the corpus size. From `data_files`
     ({split: [paths]}) or the Hub dataset `dataset_name` (`splits`: those to read, None for all). Text files are
-    read here, at disk speed; the others through 🤗 Datasets."""
+    read here, at disk speed (with `long_texts`, texts longer than LONG_TEXT_BYTES as LongText, for shards.py's
+    tokenizing); the others through 🤗 Datasets."""
     file_format = data_files_format(data_files) if data_files else None  # Every file checked, once.
     if file_format == "text":
         if text_column != "text":  # As 🤗 Datasets' "text" builder, whose only column is "text".
             raise UserError(f"the data has no column {text_column!r}; its columns are ['text']. "
                             "Choose one with --text_column.")
-        return {split: iter_text_file_batches(paths, batch_size, limit) for split, paths in data_files.items()}
+        return {split: iter_text_file_batches(paths, batch_size, limit, long_texts)
+                for split, paths in data_files.items()}
     import datasets  # Only here: it takes a second to import.
 
     if data_files:
@@ -112,17 +114,56 @@ def iter_text_batches(dataset, text_column, batch_size, limit=None, source="the 
     return batches_of_texts(texts, batch_size, f"the {text_column!r} field of record {{}} of {source}")
 
 
-def iter_text_file_batches(files, batch_size, limit=None):
+def iter_text_file_batches(files, batch_size, limit=None, long_texts=False):
     """iter_text_batches for text files (paths, or (path, start, end) byte ranges): the texts that 🤗 Datasets'
-    "text" builder gives, read at disk speed."""
-    return batches_of_texts(itertools.islice(iter_text_file_lines(files), limit), batch_size)
+    "text" builder gives, read at disk speed; with `long_texts`, texts longer than LONG_TEXT_BYTES as LongText."""
+    return batches_of_texts(itertools.islice(iter_text_file_lines(files, long_texts), limit), batch_size)
 
 
-def iter_text_file_lines(files):
+# Lines are read this many bytes at a time, and a text longer than LONG_TEXT_BYTES is never held whole by the reader
+# (with long_texts): a line of 10 MB read whole took 5 to 6 times its size, in bytes, the reader's buffer, the
+# decoded text (two bytes per character once one character is beyond Latin-1) and a copy without its "\n".
+READ_CHUNK_BYTES = 1 << 20
+LONG_TEXT_BYTES = 1 << 20
+
+
+class LongText:
+    """A text longer than LONG_TEXT_BYTES, held as where it lies in its file: bytes [start, end) of `path`, already
+    checked to be UTF-8. pieces() reads it back a chunk at a time; str() gives it whole."""
+
+    def __init__(self, path, start, end, space_only):
+        self.path, self.start, self.end, self.space_only = path, start, end, space_only
+
+    def isspace(self):
+        return self.space_only
+
+    def pieces(self):
+        """The text in pieces of at most READ_CHUNK_BYTES characters, in order."""
+        import codecs
+
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        with open_file(self.path, "rb") as f:
+            f.seek(self.start)
+            position = self.start
+            while position < self.end:
+                chunk = f.read(min(READ_CHUNK_BYTES, self.end - position))
+                if not chunk:
+                    break
+                position += len(chunk)
+                if piece := decoder.decode(chunk, final=position >= self.end):
+                    yield piece
+
+    def __str__(self):
+        return "".join(self.pieces())
+
+
+def iter_text_file_lines(files, long_texts=False):
     """The lines of text files, without their line breaks: "\\n", "\\r\\n" or "\\r", as Python's universal newlines
     and 🤗 Datasets split them. Each of `files` is a path, or a (path, start, end) byte range: the lines that begin
     in [start, end) (end None: the end of the file), a line beginning at 0 and after each "\\n". Consecutive ranges,
-    wherever cut, give each line once (prepare_tfrecord_shards.py cuts files into parts so)."""
+    wherever cut, give each line once (prepare_tfrecord_shards.py cuts files into parts so). A line is read
+    READ_CHUNK_BYTES at a time; with `long_texts`, a text longer than LONG_TEXT_BYTES comes as a LongText (where it
+    lies), never whole, and as a str otherwise."""
     for file in files:
         path, start, end = (file, 0, None) if isinstance(file, (str, os.PathLike)) else file
         with open_file(path, "rb") as f:
@@ -130,17 +171,75 @@ def iter_text_file_lines(files):
                 f.seek(start - 1)
                 f.readline()  # The byte before `start`, up to and with the "\n" that ends its line.
             position = f.tell()
-            for line in f:
-                if end is not None and position >= end:
+            while end is None or position < end:
+                chunk = f.readline(READ_CHUNK_BYTES)
+                if not chunk:
                     break
-                position += len(line)
-                try:
-                    text = line.decode("utf-8").removesuffix("\n")
-                except UnicodeDecodeError as err:
-                    from diagnostics import not_utf8_error
+                if chunk.endswith(b"\n") or len(chunk) < READ_CHUNK_BYTES:  # The whole line, as it always was read.
+                    position += len(chunk)
+                    try:
+                        text = chunk.decode("utf-8").removesuffix("\n")
+                    except UnicodeDecodeError as err:
+                        raise not_utf8(path) from err
+                    yield from text.removesuffix("\r").split("\r")
+                else:
+                    texts = long_line_texts(f, path, position, chunk)
+                    position = yield from (texts if long_texts else map(str, texts))
 
-                    raise UserError(not_utf8_error(path, open_file(path, "rb"))) from err
-                yield from text.removesuffix("\r").split("\r")
+
+def not_utf8(path):
+    from diagnostics import not_utf8_error
+
+    return UserError(not_utf8_error(path, open_file(path, "rb")))
+
+
+def long_line_texts(f, path, position, chunk):
+    """The texts of a line longer than READ_CHUNK_BYTES that begins at byte `position` of `f` with `chunk`, read a
+    chunk at a time: those of up to LONG_TEXT_BYTES as str, longer ones as LongText. The texts are split at "\\r"
+    as iter_text_file_lines splits them ("\\r" is never inside a UTF-8 character). Returns where the next line
+    begins."""
+    import codecs
+
+    def new_text(begin):  # Where the text begins, its decoder, its characters while short, whether all are space.
+        return {"begin": begin, "decoder": codecs.getincrementaldecoder("utf-8")(), "strings": [], "size": 0,
+                "space_only": True}
+
+    def finish(text, end):
+        try:
+            text["decoder"].decode(b"", final=True)  # A character cut off by the line's end is not UTF-8.
+        except UnicodeDecodeError as err:
+            raise not_utf8(path) from err
+        if text["strings"] is None:
+            return LongText(path, text["begin"], end, text["space_only"])
+        return "".join(text["strings"])
+
+    text, ends_with_cr = new_text(position), False
+    while True:
+        line_end = not chunk or chunk.endswith(b"\n") or len(chunk) < READ_CHUNK_BYTES  # Its "\n", or the file's end.
+        content = chunk.removesuffix(b"\n")
+        ends_with_cr = content.endswith(b"\r") if content else ends_with_cr
+        parts = content.split(b"\r")
+        for number, part in enumerate(parts):
+            try:
+                string = text["decoder"].decode(part)
+            except UnicodeDecodeError as err:
+                raise not_utf8(path) from err
+            text["space_only"] &= not string or string.isspace()
+            text["size"] += len(part)
+            if text["strings"] is not None:
+                text["strings"].append(string)
+                if text["size"] > LONG_TEXT_BYTES:
+                    text["strings"] = None  # From here on, only where it lies.
+            position += len(part)
+            if number < len(parts) - 1:  # A "\r" ends this text.
+                yield finish(text, position)
+                position += 1
+                text = new_text(position)
+        if line_end:
+            if not ends_with_cr:  # A line's last "\r" ends it, as "\r\n" does: no empty text after it.
+                yield finish(text, position)
+            return position + len(chunk) - len(content)
+        chunk = f.readline(READ_CHUNK_BYTES)
 
 
 def batches_of_texts(texts, batch_size, where="record {} of the input"):
@@ -150,7 +249,7 @@ def batches_of_texts(texts, batch_size, where="record {} of the input"):
     more often than a text, and skipping such records could skip a corpus. Every script reads texts here."""
     def texts_only():
         for number, text in enumerate(texts, start=1):
-            if text is not None and not isinstance(text, str):
+            if text is not None and not isinstance(text, (str, LongText)):
                 raise UserError(f"{where.format(number)} is not text but {type(text).__name__} {str(text)[:80]}. "
                                 "Every record's text must be a string (null counts as an empty text and is "
                                 "skipped, as empty ones are). Fix or drop such records, or choose the column that "

@@ -66,13 +66,17 @@ TPU_PEAK_FLOPS = {"v2": 45e12, "v3": 123e12, "v4": 275e12, "v5e": 197e12, "v5p":
 # TensorCores per chip that TensorFlow drives as replicas of their own: two on v2 and v3; one on v5e and v6e, and
 # on v4 and v5p, whose two cores act as one (megacore).
 TPU_REPLICAS_PER_CHIP = {"v2": 2, "v3": 2}
-# NVIDIA GPUs, without sparsity: (bfloat16, TF32, float32), from NVIDIA's A100, H100 and L4 data sheets; matched
-# in this order against the name TensorFlow reports ("NVIDIA H100 80GB HBM3" is the SXM module). TensorFlow
-# multiplies float32 matrices in TF32 on these GPUs, unless tf.config.experimental.enable_tensor_float_32_execution
-# turns it off.
-GPU_PEAK_FLOPS = [("A100", (312e12, 156e12, 19.5e12)), ("H100 PCIe", (756e12, 378e12, 51e12)),
-                  ("H100 NVL", (835e12, 418e12, 60e12)), ("H100", (989e12, 495e12, 67e12)),
-                  ("L4", (121e12, 60e12, 30.3e12))]
+# NVIDIA GPUs, dense (without sparsity): (bfloat16, TF32, float32), from NVIDIA's A100, H100, L4, L40 and L40S
+# data sheets, by the exact name TensorFlow reports (get_device_details' "device_name"): a substring would match
+# "NVIDIA L40S" to the L4's peaks, a third of its own. A GPU not named here gets no MFU. TensorFlow multiplies
+# float32 matrices in TF32 on these GPUs, unless tf.config.experimental.enable_tensor_float_32_execution turns it off.
+A100_PEAKS, H100_SXM_PEAKS = (312e12, 156e12, 19.5e12), (989e12, 495e12, 67e12)
+GPU_PEAK_FLOPS = {"NVIDIA A100-SXM4-80GB": A100_PEAKS, "NVIDIA A100-SXM4-40GB": A100_PEAKS,
+                  "NVIDIA A100-PCIE-40GB": A100_PEAKS, "NVIDIA A100 80GB PCIe": A100_PEAKS,
+                  "NVIDIA H100 80GB HBM3": H100_SXM_PEAKS,  # The SXM module.
+                  "NVIDIA H100 PCIe": (756e12, 378e12, 51e12), "NVIDIA H100 NVL": (835e12, 418e12, 60e12),
+                  "NVIDIA L4": (121e12, 60e12, 30.3e12), "NVIDIA L40": (181.05e12, 90.5e12, 90.5e12),
+                  "NVIDIA L40S": (362.05e12, 183e12, 91.6e12)}
 
 
 def local_tpu_chips(root="/"):
@@ -111,12 +115,12 @@ def peak_flops(strategy, on_tpu, bfloat16):
     if not gpus:
         return None, "CPU"
     name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
-    for model, peaks in GPU_PEAK_FLOPS:
-        if model in name:
-            precision = 0 if bfloat16 else 1 if tf.config.experimental.tensor_float_32_execution_enabled() else 2
-            return (replicas * peaks[precision], f"{replicas} x {name} at {peaks[precision] / 1e12:g} TFLOP/s in "
-                                                 f"{('bfloat16', 'TF32', 'float32')[precision]}")
-    return None, name
+    if name not in GPU_PEAK_FLOPS:
+        return None, name
+    peaks = GPU_PEAK_FLOPS[name]
+    precision = 0 if bfloat16 else 1 if tf.config.experimental.tensor_float_32_execution_enabled() else 2
+    return (replicas * peaks[precision], f"{replicas} x {name} at {peaks[precision] / 1e12:g} TFLOP/s in "
+                                         f"{('bfloat16', 'TF32', 'float32')[precision]}")
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -274,7 +274,9 @@ def mask_tokens(input_ids, seed, *, mask_token_id, special_token_ids, vocab_size
     return batch
 
 
-MAX_SPAN_WORDS = 10  # SpanBERT's clip of its span lengths (in words), drawn from Geometric(0.2).
+# SpanBERT's span lengths, in words: Geometric(0.2) truncated to 1 to MAX_SPAN_WORDS and renormalised, P(n) in
+# proportion to 0.2 * 0.8 ** (n - 1), a mean of 3.8 words (clipping instead would pile the tail on 10: 4.5).
+MAX_SPAN_WORDS = 10
 
 
 def choose_words(input_ids, is_special, word_starts, mask_seed, replace_seed, mlm_probability, max_predictions,
@@ -286,8 +288,8 @@ def choose_words(input_ids, is_special, word_starts, mask_seed, replace_seed, ml
     replaced 80/10/10, as a whole; each word with probability `mlm_probability`, which is thus also the expected
     share of tokens.
 
-    With `spans`, words are chosen in SpanBERT's spans: a span of Geometric(0.2) words, clipped at
-    MAX_SPAN_WORDS, starts at each word slot with the probability span_start_probability(); a word is chosen when
+    With `spans`, words are chosen in SpanBERT's spans: a span of span_lengths() words, 1 to MAX_SPAN_WORDS,
+    starts at each word slot with the probability span_start_probability(); a word is chosen when
     a span covers it (spans that overlap merge, as SpanBERT's, drawn one after the other, do not). Slots before the
     row count too, so that every word is covered with `mlm_probability`. The draws of the span's first word serve
     the whole span. With `max_predictions` K, words are kept in the order of their draws while their tokens fit
@@ -301,8 +303,7 @@ def choose_words(input_ids, is_special, word_starts, mask_seed, replace_seed, ml
     draw, replace = draws[..., 0], tf.random.stateless_uniform(tf.shape(draws)[:2], replace_seed)
     if spans:
         begins = draw < span_start_probability(mlm_probability)
-        # Geometric(0.2) lengths from the second draw, by inversion: P(length > n) = 0.8 ** n.
-        lengths = tf.minimum(1 + tf.floor(tf.math.log(1.0 - draws[..., 1]) / math.log(0.8)), MAX_SPAN_WORDS)
+        lengths = span_lengths(draws[..., 1])
         score = tf.fill([tf.shape(input_ids)[0], length], 2.0)
         span_replace = tf.zeros_like(score)
         for back in range(MAX_SPAN_WORDS):  # Slot w is covered by a span begun `back` slots earlier.
@@ -327,10 +328,22 @@ def choose_words(input_ids, is_special, word_starts, mask_seed, replace_seed, ml
     return chosen, tf.gather(replace, word, batch_dims=1)
 
 
+def span_lengths(uniform):
+    """SpanBERT's span lengths, in words, from uniform draws in [0, 1), by inversion of the truncated law's
+    cumulative distribution: P(length <= n) = (1 - 0.8 ** n) / (1 - 0.8 ** MAX_SPAN_WORDS). The draw, scaled into
+    [0, 1 - 0.8 ** MAX_SPAN_WORDS), is inverted as an untruncated Geometric(0.2) draw would be, so that no length
+    exceeds MAX_SPAN_WORDS; the minimum only guards against float32 rounding at the top. Elementwise: static
+    shapes, no state, safe under XLA."""
+    scaled = uniform * (1 - 0.8 ** MAX_SPAN_WORDS)
+    return tf.minimum(1 + tf.floor(tf.math.log(1.0 - scaled) / math.log(0.8)), MAX_SPAN_WORDS)
+
+
 def span_start_probability(mlm_probability):
     """The probability q that a span begins at a word slot, such that a slot is covered with `mlm_probability`:
-    1 - prod over n < MAX_SPAN_WORDS of (1 - q P(length > n)) = mlm_probability, solved by bisection."""
-    survival = 0.8 ** np.arange(MAX_SPAN_WORDS)
+    1 - prod over n < MAX_SPAN_WORDS of (1 - q P(length > n)) = mlm_probability, solved by bisection. P(length > n)
+    is span_lengths' truncated law: (0.8 ** n - 0.8 ** MAX_SPAN_WORDS) / (1 - 0.8 ** MAX_SPAN_WORDS)."""
+    top = 0.8 ** MAX_SPAN_WORDS
+    survival = (0.8 ** np.arange(MAX_SPAN_WORDS) - top) / (1 - top)
     low, high = 0.0, 1.0
     for _ in range(60):
         middle = (low + high) / 2

@@ -150,7 +150,7 @@ def write_splits_here(data_files, args):
     tokenizer, vocab_size = load_backend_tokenizer(args.tokenizer_name_or_path)
     splits = text_batches(data_files=data_files, dataset_name=args.dataset_name, dataset_config=args.dataset_config,
                           splits=args.split, trust_remote_code=args.trust_remote_code, text_column=args.text_column,
-                          batch_size=args.batch_size, limit=args.limit)
+                          batch_size=args.batch_size, limit=args.limit, long_texts=True)
     # Text files can be cut into parts; what goes through 🤗 Datasets is one stream.
     text_files = data_files if data_files and data_files_format(data_files) == "text" else {}
     return [write_split(split, batches, text_files.get(split), tokenizer, vocab_size, args)
@@ -252,8 +252,8 @@ def report_progress(num_texts, num_samples):
 
 def write_text_part(part, files, tokenizer, vocab_size, split_dir, args):
     """write_part for a part of text files (byte ranges, see plan_parts), in a worker process."""
-    return write_part(part, iter_text_file_batches(files, args.batch_size), tokenizer, vocab_size, split_dir, args,
-                      report_progress)
+    return write_part(part, iter_text_file_batches(files, args.batch_size, long_texts=True), tokenizer, vocab_size,
+                      split_dir, args, report_progress)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 import google_crc32c
 import numpy as np
 
+from corpus import LongText
 from utils import UserError, delete, exists, is_gcs_path, open_file, rename
 
 logger = logging.getLogger("shards")
@@ -105,17 +106,26 @@ PIECES_PER_CALL = 16  # Tokenized together, on all cores: a few MB of text, as a
 
 
 def tokenize(tokenizer, texts):
-    """The token ids of a batch of texts, concatenated, tokenized on all cores inside 🤗 Tokenizers (without the
-    character offsets of encode_batch, which nothing here uses). Long texts go in pieces: memory is bounded by the
-    batch, not by the longest line."""
-    ids, short = [], []  # The ids of the texts so far; the short texts since the last long one.
+    """The token ids of a batch of texts, concatenated: token_chunks' arrays in one."""
+    chunks = list(token_chunks(tokenizer, texts))
+    return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+
+
+def token_chunks(tokenizer, texts):
+    """The token ids of a batch of texts (str, or corpus.LongText), in arrays that concatenate to the whole,
+    tokenized on all cores inside 🤗 Tokenizers (without the character offsets of encode_batch, which nothing here
+    uses). Long texts go in pieces, and their tokens come a group of pieces at a time: memory is bounded by the batch,
+    not by the longest line."""
+    short = []  # The short texts since the last long one.
     for text in texts:
-        if len(text) > MAX_PIECE_CHARS:
-            ids += [encode(tokenizer, short), *long_text_ids(tokenizer, text)]
+        if isinstance(text, LongText) or len(text) > MAX_PIECE_CHARS:
+            if short:
+                yield encode(tokenizer, short)
+            yield from long_text_ids(tokenizer, text)
             short = []
         else:
             short.append(text)
-    return np.concatenate([*ids, encode(tokenizer, short)]) if ids else encode(tokenizer, short)
+    yield encode(tokenizer, short)
 
 
 def encode(tokenizer, texts, add_special_tokens=True):
@@ -124,24 +134,37 @@ def encode(tokenizer, texts, add_special_tokens=True):
 
 
 def long_text_ids(tokenizer, text):
-    """The token ids of a long text, in arrays, tokenized in pieces of about MAX_PIECE_CHARS characters, each cut just
-    before a space: a piece then begins as a word does after a space, and the pieces give the tokens of the whole
-    text (tests/test_faults.py checks it); a text with no space for MAX_PIECE_CHARS characters is cut there, which may
-    split a word's tokens. The special tokens the tokenizer adds around a text (<s> and </s>) go around the whole."""
+    """The token ids of a long text (str, or corpus.LongText, read back a chunk at a time), in arrays, tokenized in
+    pieces of about MAX_PIECE_CHARS characters, each cut just before a space: a piece then begins as a word does
+    after a space, and the pieces give the tokens of the whole text (tests/test_faults.py checks it); a text with no
+    space for MAX_PIECE_CHARS characters is cut there, which may split a word's tokens. The special tokens the
+    tokenizer adds around a text (<s> and </s>) go around the whole."""
     word = tokenizer.encode("a", add_special_tokens=False).ids
     wrapped = tokenizer.encode("a").ids
     start = next(i for i in range(len(wrapped)) if wrapped[i:i + len(word)] == word)
     prefix, suffix = wrapped[:start], wrapped[start + len(word):]
-    cuts = [0]
-    while len(text) - cuts[-1] > MAX_PIECE_CHARS:
-        space = text.rfind(" ", cuts[-1] + 1, cuts[-1] + MAX_PIECE_CHARS)
-        cuts.append(space if space > 0 else cuts[-1] + MAX_PIECE_CHARS)
-    cuts.append(len(text))
-    pieces = zip(cuts, cuts[1:])  # (begin, end) of each: a piece's text is copied out only when it is tokenized.
-    ids = [np.array(prefix, np.int64)]
+    pieces = text_pieces(text.pieces() if isinstance(text, LongText) else [text])
+    yield np.array(prefix, np.int64)
     while group := list(itertools.islice(pieces, PIECES_PER_CALL)):
-        ids.append(encode(tokenizer, [text[begin:end] for begin, end in group], add_special_tokens=False))
-    return [*ids, np.array(suffix, np.int64)]
+        yield encode(tokenizer, group, add_special_tokens=False)
+    yield np.array(suffix, np.int64)
+
+
+def text_pieces(chunks):
+    """The pieces of long_text_ids from the text's consecutive `chunks`: a piece ends just before the last space
+    among its first MAX_PIECE_CHARS characters (one after its first), or after MAX_PIECE_CHARS characters where there
+    is none; the rest of the text, once it is no longer than that, is the last piece. Where a cut falls depends only
+    on the characters before it, so the chunks' sizes change nothing."""
+    text, begin = "", 0  # What is left of the chunks so far, from `begin`.
+    for chunk in chunks:
+        text, begin = text[begin:] + chunk, 0
+        while len(text) - begin > MAX_PIECE_CHARS:
+            space = text.rfind(" ", begin + 1, begin + MAX_PIECE_CHARS)
+            cut = space if space > 0 else begin + MAX_PIECE_CHARS
+            yield text[begin:cut]
+            begin = cut
+    if len(text) > begin:
+        yield text[begin:]
 
 
 def in_background(items):
@@ -281,7 +304,12 @@ def write_part(part, batches, tokenizer, vocab_size, split_dir, args, progress):
     leftover = np.zeros(0, dtype=np.int64)  # Tokens that do not fill a sample yet: they begin the next one.
     token_counts = np.zeros(vocab_size, dtype=np.int64)  # Of the tokens written, for run_mlm.py's baseline.
     num_texts = 0
-    for batch_texts, tokens in in_background((len(texts), tokenize(tokenizer, texts)) for texts in batches):
+    def tokens_of_batches():  # (texts finished, tokens): a long text's tokens come in several arrays.
+        for texts in batches:
+            yield from ((0, tokens) for tokens in token_chunks(tokenizer, texts))
+            yield len(texts), np.zeros(0, dtype=np.int64)
+
+    for batch_texts, tokens in in_background(tokens_of_batches()):
         stream = np.concatenate([leftover, tokens])
         num_samples = len(stream) // args.max_length
         samples, leftover = np.split(stream, [num_samples * args.max_length])

@@ -465,3 +465,29 @@ def test_a_long_line_is_tokenized_in_pieces_into_the_tokens_of_the_whole(tokeniz
     # A "word" longer than a piece is cut where it must be: its tokens may differ at the cut, but none is lost.
     ids = shards.tokenize(tokenizer, ["x" * 1000])
     assert ids[0] == tokenizer.token_to_id("<s>") and ids[-1] == tokenizer.token_to_id("</s>") and len(ids) > 2
+
+
+@pytest.mark.fast
+def test_a_long_line_is_read_in_pieces_never_whole_into_the_tokens_of_the_whole(tokenizer_dir, tmp_path,
+                                                                                  monkeypatch):
+    import corpus
+
+    tokenizer, _ = models.load_backend_tokenizer(str(tokenizer_dir))
+    lines = [line for line in (WIKITEXT / "train.txt").read_text().splitlines() if line.strip()]
+    long_line = " ".join(lines[:60]) + " 戦"  # A character of three UTF-8 bytes, cut by some chunk.
+    texts = [lines[100], long_line, lines[101], "short\rafter a carriage return", lines[102]]
+    path = tmp_path / "long.txt"
+    path.write_bytes(("\n".join(texts[:3]) + "\r\n" + "\n".join(texts[3:]) + "\n").encode())
+    monkeypatch.setattr(corpus, "READ_CHUNK_BYTES", 1000)
+    monkeypatch.setattr(corpus, "LONG_TEXT_BYTES", 1000)
+    monkeypatch.setattr(shards, "MAX_PIECE_CHARS", 300)
+    read = list(corpus.iter_text_file_lines([str(path)], long_texts=True))
+    assert [type(text) for text in read] == [str, corpus.LongText, str, str, str, str]
+    # The long text is held as where it lies, and read back in pieces of at most a chunk.
+    pieces = list(read[1].pieces())
+    assert len(pieces) > 10 and max(map(len, pieces)) <= 1000 and "".join(pieces) == long_line
+    expected = [token for text in [*texts[:3], "short", "after a carriage return", texts[4]]
+                for token in tokenizer.encode(text).ids]
+    assert shards.tokenize(tokenizer, read).tolist() == expected
+    # The scripts that want every text whole get it so.
+    assert list(corpus.iter_text_file_lines([str(path)])) == [str(text) for text in read]

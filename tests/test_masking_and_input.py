@@ -236,6 +236,22 @@ def test_whole_words_and_spans_are_never_cut_on_real_text(kind, tokenizer_dir):
             assert all(set(np.flatnonzero(chosen[row])) <= set(positions[row]) for row in range(len(words)))
 
 
+def test_spans_are_as_long_as_spanbert_s_and_cover_mlm_probability_of_the_words():
+    # Rows where every token is a word: a run of chosen tokens is a span, or rarely spans that touch (at 1 % few
+    # do). Runs cut by a row's edge are left out. SpanBERT's lengths, Geometric(0.2) truncated to 1 to 10 words and
+    # renormalised, have a mean of 3.797 words; clipped at 10 instead, 4.46.
+    every_token_a_word = np.ones(VOCAB_SIZE, bool)
+    ids = tf.fill([4096, 1024], 7)
+    chosen = masked(ids, [1, 2], mlm_probability=0.01, word_starts=every_token_a_word, spans=True)[1] != -100
+    edges = np.diff(np.pad(chosen.astype(np.int8), [[0, 0], [1, 1]]), axis=1)
+    begins, ends = np.nonzero(edges == 1)[1], np.nonzero(edges == -1)[1]
+    inside = (begins > 0) & (ends < ids.shape[1])
+    assert inside.sum() > 8000 and abs((ends - begins)[inside].mean() - 3.8) < 0.1
+    # With spans so long, as many words are still covered as mlm_probability says.
+    chosen = masked(ids[:1024], [3, 4], mlm_probability=0.15, word_starts=every_token_a_word, spans=True)[1] != -100
+    assert abs(chosen.mean() - 0.15) < 0.005
+
+
 @pytest.mark.parametrize("mode", ["token", "whole_word", "span"])
 def test_the_masked_share_is_mlm_probability_in_every_mode(mode, shards_dir, tokenizer_dir):
     from transformers import AutoTokenizer

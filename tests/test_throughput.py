@@ -76,6 +76,33 @@ def test_peaks_of_tpus_per_replica_and_none_for_a_cpu(monkeypatch):
     assert peak_flops(types.SimpleNamespace(num_replicas_in_sync=1), on_tpu=False, bfloat16=False) == (None, "CPU")
 
 
+def test_peaks_of_gpus_by_the_exact_name_tensorflow_reports(monkeypatch):
+    import tensorflow as tf
+
+    gpu = tf.config.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: [gpu] if kind == "GPU" else [])
+    strategy = types.SimpleNamespace(num_replicas_in_sync=2)
+
+    def peak(name, bfloat16=True, tf32=True):
+        monkeypatch.setattr(tf.config.experimental, "get_device_details", lambda device: {"device_name": name})
+        monkeypatch.setattr(tf.config.experimental, "tensor_float_32_execution_enabled", lambda: tf32)
+        return peak_flops(strategy, on_tpu=False, bfloat16=bfloat16)
+
+    # "NVIDIA L4" is a substring of the L40's and L40S's names, each of which has a peak of its own.
+    assert peak("NVIDIA L4") == (2 * 121e12, "2 x NVIDIA L4 at 121 TFLOP/s in bfloat16")
+    assert peak("NVIDIA L40")[0] == pytest.approx(2 * 181.05e12)
+    assert peak("NVIDIA L40S")[0] == pytest.approx(2 * 362.05e12)
+    assert peak("NVIDIA A100-SXM4-40GB")[0] == peak("NVIDIA A100 80GB PCIe")[0] == 2 * 312e12
+    assert peak("NVIDIA H100 80GB HBM3")[0] == 2 * 989e12 and peak("NVIDIA H100 PCIe")[0] == 2 * 756e12
+    # float32 matrices: in TF32 unless it is turned off.
+    assert peak("NVIDIA L40S", bfloat16=False) == (2 * 183e12, "2 x NVIDIA L40S at 183 TFLOP/s in TF32")
+    assert peak("NVIDIA L40S", bfloat16=False, tf32=False)[0] == pytest.approx(2 * 91.6e12)
+    assert peak("NVIDIA L4", bfloat16=False, tf32=False)[0] == pytest.approx(2 * 30.3e12)
+    # A GPU whose name is not in the table gets no MFU, whatever its name contains.
+    assert peak("NVIDIA L4 Future Edition") == (None, "NVIDIA L4 Future Edition")
+    assert peak("NVIDIA GeForce RTX 4090") == (None, "NVIDIA GeForce RTX 4090")
+
+
 def test_input_pipeline_compared_with_what_training_takes(caplog):
     # Two hosts, each pipeline alone 1,000 samples/s: training at 600 samples/s takes 300 per host, 30 %; at 1,800,
     # 90 %: the steps likely wait for their input.
