@@ -176,6 +176,32 @@ def load_pytorch_weights(model, files, name_or_path, new_head=False):
                     ", ".join(info["missing_keys"]))
 
 
+def save_tokenizer(tokenizer, folder, model_class):
+    """tokenizer.save_pretrained(folder), the tokenizer saying which inputs the model takes: the names of its own
+    (model_input_names, by default input_ids, token_type_ids and attention_mask) that `model_class`'s call accepts.
+    Else 🤗's TensorFlow pipelines hand DistilBERT and MPNet, which have no token types, token_type_ids they refuse
+    (ValueError: The following keyword arguments are not supported by this model). Without a `model_class` (an
+    architecture that 🤗 has no TensorFlow masked LM of), the tokenizer is saved as it is."""
+    import inspect
+
+    if model_class is None:
+        tokenizer.save_pretrained(folder)
+        return
+    accepted = inspect.signature(model_class.call).parameters
+    tokenizer = copy.deepcopy(tokenizer)  # The caller's tokenizer goes on as it was.
+    tokenizer.model_input_names = [name for name in tokenizer.model_input_names if name in accepted]
+    tokenizer.init_kwargs["model_input_names"] = tokenizer.model_input_names  # What save_pretrained writes.
+    tokenizer.save_pretrained(folder)
+
+
+def save_model_folder(model, tokenizer, folder):
+    """The 🤗 TF `model` and its `tokenizer` into `folder` (save_tokenizer), with their copy for PyTorch
+    (save_pytorch_copy): what run_mlm.py, run_classification.py and export_model.py save."""
+    model.save_pretrained(folder)
+    save_tokenizer(tokenizer, folder, type(model))
+    save_pytorch_copy(model, tokenizer, folder)
+
+
 def save_pytorch_copy(model, tokenizer, folder):
     """Writes into {folder}/pytorch the 🤗 TF `model` as Transformers 5 loads it with PyTorch: config, `tokenizer`,
     float32 weights in a PyTorch-format model.safetensors, named and laid out by Transformers' own TF-to-PyTorch
@@ -192,7 +218,7 @@ def save_pytorch_copy(model, tokenizer, folder):
     config = copy.deepcopy(model.config)
     config.architectures = [type(model).__name__.removeprefix("TF")]  # RobertaForMaskedLM
     config.save_pretrained(pytorch_dir)
-    tokenizer.save_pretrained(pytorch_dir)
+    save_tokenizer(tokenizer, pytorch_dir, type(model))
     tensors = {}
     for weight in model.weights:
         name, transpose = convert_tf_weight_name_to_pt_weight_name(weight.name, tf_weight_shape=weight.shape)

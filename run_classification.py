@@ -34,7 +34,7 @@ from transformers import TFAutoModelForSequenceClassification, create_optimizer
 
 from corpus import data_files_format
 from devices import add_hardware_arguments, count_hosts, create_optimizer_state, set_up_training, strategy_name
-from models import (check_max_length, load_config, load_pretrained_model, load_tokenizer, save_pytorch_copy,
+from models import (check_max_length, load_config, load_pretrained_model, load_tokenizer, save_model_folder,
                     write_model_card)
 from run_folder import last_checkpoint
 from utils import (UserError, check_output_dir, fraction, local_copy, non_negative_float, positive_float, positive_int,
@@ -524,9 +524,7 @@ def save(args, model, tokenizer, results):
                    f"TPU pre-training pipeline).\n\n{scores}")
 
     def write(folder):
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        save_pytorch_copy(model, tokenizer, folder)
+        save_model_folder(model, tokenizer, folder)
         with open(os.path.join(folder, "eval_results.json"), "w") as f:
             json.dump(results, f, indent=2)
         write_model_card(folder, args.output_dir, "text-classification", "I lost my card", description)

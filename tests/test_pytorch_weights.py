@@ -34,7 +34,9 @@ def pytorch_only_folder(model, folder, shards=1):
 
     from models import save_pytorch_copy
 
-    class NoTokenizer:  # save_pytorch_copy saves a tokenizer; these tests need none.
+    class NoTokenizer:  # save_pytorch_copy saves a tokenizer (models.save_tokenizer); these tests need none.
+        model_input_names, init_kwargs = ["input_ids", "attention_mask"], {}
+
         def save_pretrained(self, folder):
             pass
 
