@@ -36,7 +36,7 @@ from corpus import data_files_format
 from devices import add_hardware_arguments, count_hosts, create_optimizer_state, set_up_training, strategy_name
 from models import (check_max_length, load_config, load_pretrained_model, load_tokenizer, save_model_folder,
                     write_model_card)
-from run_folder import last_checkpoint
+from run_folder import refuse_an_unfinished_pretraining_run
 from utils import (UserError, check_output_dir, fraction, local_copy, non_negative_float, positive_float, positive_int,
                    save_folder)
 
@@ -361,22 +361,6 @@ def evaluation_dataset(features, label_ids, global_batch_size):
 
 # What to do when --model_name_or_path is not the folder of a masked-LM model this pipeline saved.
 PASS_A_MODEL_FOLDER = "Pass the folder that run_mlm.py saved (its --output_dir)."
-
-
-def refuse_an_unfinished_pretraining_run(path):
-    """Stops when `path` (local or gs://) is a run_mlm.py run that did not finish: checkpoints, but no saved model
-    (no config.json)."""
-    if not tf.io.gfile.isdir(path) or tf.io.gfile.exists(os.path.join(path, "config.json")):
-        return
-    latest = last_checkpoint(os.path.join(path, "checkpoints"))
-    if latest is None:
-        return
-    step = int(latest.rsplit("-", 1)[1])  # run_mlm.py numbers its checkpoints by step.
-    raise UserError(
-        f"{path!r} holds a pre-training run that did not finish: checkpoints (the latest at step {step}) "
-        "but no saved model. Finish it by running the same run_mlm.py command again, then pass this folder; or "
-        f"turn its latest checkpoint into a model folder with `python export_model.py {path} --output_dir "
-        "NEW_FOLDER` and pass --model_name_or_path NEW_FOLDER.")
 
 
 def classification_config(args, label_names, tokenizer):

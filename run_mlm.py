@@ -38,7 +38,7 @@ from masked_lm import (MaskedLMTrainer, default_max_predictions, frequency_log_p
 from models import (ARCHITECTURES, check_max_length, load_config, load_pretrained_model, load_tokenizer,
                     save_model_folder, save_tokenizer, write_model_card)
 from run_folder import (CheckpointAndStop, OutputDirLease, ResultsFile, RoundEnd, check_where_the_run_starts,
-                        format_metrics, restore_last_checkpoint)
+                        format_metrics, refuse_an_unfinished_pretraining_run, restore_last_checkpoint)
 from shards import (MIN_MAX_LENGTH, TOKEN_COUNTS_NAME, damaged_shards_named, find_shards, read_token_counts,
                     vocabulary_fingerprint)
 from utils import (UserError, fraction, is_gcs_path, local_copy, non_negative_float, non_negative_int,
@@ -57,6 +57,8 @@ def main(args):
         OutputDirLease(args.output_dir).hold()  # At once: a second run into this folder stops here.
 
     # The data and the config, checked before anything is built: mistakes cost seconds, not minutes.
+    if args.model_name_or_path:
+        refuse_an_unfinished_pretraining_run(args.model_name_or_path)
     tokenizer = load_tokenizer(args.tokenizer, "--tokenizer")
     if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
         raise UserError(f"the tokenizer {args.tokenizer!r} has no mask or pad token; train one with "

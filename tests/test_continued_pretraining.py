@@ -2,7 +2,7 @@
 LM head, the same evaluation before the first step); the run resumes from its own checkpoints; a model trained at
 32 tokens continues at 64 (the BERT recipe's 128 then 512, in small); and the refusals: overrides that change a
 weight's shape, a tokenizer that is not the model's, a length beyond the model's positions; and the starting models
-that would not continue: a weights file cut short, a classifier without its LM head."""
+that would not continue: a weights file cut short, a classifier without its LM head, a run that saved no model yet."""
 
 import argparse
 import json
@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from helpers import MAX_LENGTH, WIKITEXT, run_main
+from helpers import MAX_LENGTH, WIKITEXT, run_main, unfinished_copy
 from test_export_model import MLM_TEXTS, assert_numpy_forward_gives, masked_lm_logits, tensorflow_logits
 
 SHORT = 32  # Phase 1's length; phase 2 runs at MAX_LENGTH.
@@ -169,3 +169,13 @@ def test_a_classifier_is_refused_as_a_masked_lm_whichever_its_weights(pretrained
                 "the masked-LM folder a classifier was fine-tuned from") in result.stderr
         assert "newly initialized" not in result.stderr  # 🤗's own warning, which said it in other words.
 
+
+def test_an_unfinished_run_is_named_with_what_to_do(pretrained_model_dir, shards_dir, tmp_path):
+    unfinished = unfinished_copy(pretrained_model_dir, tmp_path / "unfinished")
+    result = run_main("run_mlm.py", *flags(shards_dir, MAX_LENGTH, tmp_path / "continued", "--model_name_or_path",
+                                           unfinished, "--max_steps", 2), expect_failure=True)
+    # The answer run_classification.py gives (test_run_classification.py), from the same function.
+    assert (f"error: {str(unfinished)!r} holds a pre-training run that did not finish: checkpoints (the latest at "
+            "step 20) but no saved model. Finish it by running the same run_mlm.py command again") in result.stderr
+    assert f"python export_model.py {unfinished} --output_dir NEW_FOLDER" in result.stderr
+    assert "model_type" not in result.stderr
