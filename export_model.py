@@ -23,7 +23,8 @@ import sys
 
 import transformers
 
-from models import PYTORCH_SUBFOLDER, load_config, load_pretrained_model, load_tokenizer, save_pytorch_copy
+from models import (PYTORCH_SUBFOLDER, load_config, load_pretrained_model, load_tokenizer, save_model_folder,
+                    save_pytorch_copy, save_tokenizer)
 from utils import UserError, check_gcs_path, check_output_dir, local_copy, save_folder
 
 logger = logging.getLogger("export_model")
@@ -81,6 +82,8 @@ def from_model_folder(source):
                     shutil.copy(os.path.join(local_dir, name), folder)
         if pytorch_weights:
             model.save_pretrained(folder)
+        # Anew over the copied files: a folder saved before save_tokenizer existed did not name the model's inputs.
+        save_tokenizer(tokenizer, folder, type(model))
         save_pytorch_copy(model, tokenizer, folder)
 
     return write, source
@@ -119,9 +122,7 @@ def from_last_checkpoint(source):
     logger.info("Restored %s", checkpoint)
 
     def write(folder):
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        save_pytorch_copy(model, tokenizer, folder)
+        save_model_folder(model, tokenizer, folder)
 
     return write, checkpoint
 

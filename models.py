@@ -116,16 +116,33 @@ def load_pretrained_model(model_class, name_or_path, flag, config, new_head=Fals
     """`model_class` (a 🤗 TF…For… class) of `config`, with the weights of a local or gs:// model folder or a Hub
     id, named by the option `flag`: TensorFlow's (tf_model.h5) as from_pretrained loads them, else PyTorch's
     (model.safetensors, in one file or sharded with an index): this pipeline's PyTorch copies, most Hub models.
-    With `new_head`, the head may be missing from the weights (a classifier made from a masked LM); the encoder
-    never."""
+    Both kinds of weights answer to the same checks (check_loaded_weights): with `new_head`, the head may be missing
+    from the weights (a classifier made from a masked LM); the encoder never. A weights file that cannot be read
+    (cut short) stops with its name."""
     from transformers.utils import cached_file
+    from transformers.utils import logging as transformers_logging
 
     local_path = local_copy(name_or_path)
     find = functools.partial(cached_file, local_path, _raise_exceptions_for_missing_entries=False,
                              _raise_exceptions_for_connection_errors=False)
-    if find("tf_model.h5") or find("tf_model.h5.index.json"):
-        # Not use_safetensors: a model.safetensors beside tf_model.h5 (on the Hub) would take precedence, and fail.
-        return model_class.from_pretrained(local_path, config=config, use_safetensors=False)
+    tensorflow_weights = find("tf_model.h5") or find("tf_model.h5.index.json")
+    if tensorflow_weights:
+        # 🤗's own report of missing and unused layers is silenced: check_loaded_weights says it in our words.
+        tf_loader_logger = transformers_logging.get_logger("transformers.modeling_tf_utils")
+        level = tf_loader_logger.level
+        tf_loader_logger.setLevel(logging.ERROR)
+        try:
+            # Not use_safetensors: a model.safetensors beside tf_model.h5 (on the Hub) would take precedence, and
+            # fail.
+            model, info = model_class.from_pretrained(local_path, config=config, use_safetensors=False,
+                                                      output_loading_info=True)
+        except OSError as err:  # 🤗's "Unable to load weights from h5 file": not a whole HDF5 file.
+            raise damaged_weights_error(name_or_path, flag, os.path.basename(tensorflow_weights), err) from err
+        finally:
+            tf_loader_logger.setLevel(level)
+        # Layer names here ("roberta", "lm_head"), weight names from PyTorch's files: both start with the layer's.
+        check_loaded_weights(model, name_or_path, flag, info["missing_keys"], info["unexpected_keys"], new_head)
+        return model
     index = find("model.safetensors.index.json")
     single = None if index else find("model.safetensors")
     if not index and not single:
@@ -139,41 +156,104 @@ def load_pretrained_model(model_class, name_or_path, flag, config, new_head=Fals
         files = get_checkpoint_shard_files(local_path, index)[0]
     model = model_class.from_config(config)
     model.build_in_name_scope()
-    load_pytorch_weights(model, files if index else [single], name_or_path, new_head)
+    load_pytorch_weights(model, files if index else [single], name_or_path, new_head, flag)
     return model
 
 
-def load_pytorch_weights(model, files, name_or_path, new_head=False):
+def damaged_weights_error(name_or_path, flag, file_name, error):
+    """The UserError for a weights file of the model `name_or_path` that cannot be read: most often one cut short."""
+    return UserError(f"cannot read the weights file {file_name} of {name_or_path!r} ({flag}): it is damaged or "
+                     f"incomplete, as a copy that was interrupted or a disk that was full leaves it "
+                     f"({type(error).__name__}: {error}). Copy the model folder again from where it came from, or "
+                     "save the model again (run_mlm.py and run_classification.py save it at their end; export_model.py "
+                     "makes one from a run's last checkpoint).")
+
+
+def load_pytorch_weights(model, files, name_or_path, new_head=False, flag="--model_name_or_path"):
     """Loads PyTorch-format safetensors `files` into the built TF `model`, by 🤗 Transformers' own PyTorch-to-TF
     name mapping and transposes, refusing weights that are missing or of another shape. Transformers 4.57's
     from_pretrained hands these files to that loader as open archives, which it iterates as dicts (TypeError:
     'builtins.safe_open' object is not iterable); given numpy arrays, it loads them unchanged, without PyTorch."""
     import tensorflow as tf
+    from safetensors import SafetensorError
     from safetensors.numpy import load_file
     from transformers.modeling_tf_pytorch_utils import load_pytorch_state_dict_in_tf2_model
 
     state_dict = {}
     for file in files:
-        state_dict.update(load_file(file))
+        try:
+            state_dict.update(load_file(file))
+        except SafetensorError as err:  # "incomplete metadata, file not fully covered": the file was cut short.
+            raise damaged_weights_error(name_or_path, flag, os.path.basename(file), err) from err
     problem = f"the PyTorch weights of {name_or_path!r} do not fit a {type(model).__name__} of their config"
-    advice = "Pass a model folder of this architecture, with its head (config.json's \"architectures\")."
     try:
         _, info = load_pytorch_state_dict_in_tf2_model(
             model, state_dict, tf_inputs=False, allow_missing_keys=True, output_loading_info=True,
             skip_logger_warnings=True, tf_to_pt_weight_rename=getattr(model, "tf_to_pt_weight_rename", None))
     except (ValueError, tf.errors.InvalidArgumentError) as err:  # A weight's shape; the message gives both.
-        raise UserError(f"{problem}: a weight has another shape ({err}). {advice}") from err
-    prefix = model.base_model_prefix + "."
-    missing = [name for name in info["missing_keys"] if not new_head or name.startswith(prefix)]
-    if missing:
-        raise UserError(f"{problem}: {len(missing)} weights are missing ({', '.join(missing[:5])}"
-                        f"{', ...' if len(missing) > 5 else ''}). {advice}")
-    if info["unexpected_keys"]:
-        logger.warning("Weights of %s that a %s does not use, left out: %s", name_or_path, type(model).__name__,
-                       ", ".join(sorted(info["unexpected_keys"])[:10]))
-    if new_head and info["missing_keys"]:
-        logger.info("A new %s head, from random weights: %s", type(model).__name__,
-                    ", ".join(info["missing_keys"]))
+        raise UserError(f"{problem}: a weight has another shape ({err}). {FIT_ADVICE}") from err
+    check_loaded_weights(model, name_or_path, flag, info["missing_keys"], info["unexpected_keys"], new_head)
+
+
+FIT_ADVICE = "Pass a model folder of this architecture, with its head (config.json's \"architectures\")."
+
+
+def check_loaded_weights(model, name_or_path, flag, missing, unexpected, new_head):
+    """Stops when the weights of `name_or_path` leave part of `model` at random: its encoder always, its head
+    unless `new_head` (run_classification.py's new classifier); logs the weights left out, and a new head. `missing` and
+    `unexpected` are 🤗's names, of layers (TensorFlow's weights) or of weights (PyTorch's).
+
+    A model without the head asked for is refused, not started with a random one: given to run_mlm.py, a classifier
+    (run_classification.py's folder, its config's "architectures" RobertaForSequenceClassification) would continue
+    pre-training with a new LM head, the first evaluations measuring that head rather than the model, and its first
+    gradients rewriting the encoder. That is almost always the wrong folder: the masked LM it was fine-tuned from
+    is the one meant, and a run of hours on a mistake is what a user least wants."""
+    name = type(model).__name__
+    prefix = model.base_model_prefix
+    encoder = [key for key in missing if key == prefix or key.startswith(prefix + ".")]
+    head = [key for key in missing if key not in encoder]
+    if encoder:
+        raise UserError(f"the weights of {name_or_path!r} ({flag}) do not fit a {name} of their config: "
+                        f"{len(encoder)} weights of its encoder are missing ({', '.join(encoder[:5])}"
+                        f"{', ...' if len(encoder) > 5 else ''}). {FIT_ADVICE}")
+    if head and not new_head:
+        holds = model.config.architectures or ["model"]
+        head_layers = sorted({key.split(".")[0] for key in head})  # The same names from either kind of weights.
+        raise UserError(f"{name_or_path!r} ({flag}) holds a {', '.join(holds)} without the head of a {name}: its "
+                        f"weights have no {', '.join(head_layers)}. Starting that head from random weights would "
+                        "train a new head, not continue the model. Pass the model folder that has that head, such as "
+                        "the masked-LM folder a classifier was fine-tuned from (the --output_dir of run_mlm.py).")
+    if unexpected:
+        logger.warning("Weights of %s that a %s does not use, left out: %s", name_or_path, name,
+                       ", ".join(sorted(unexpected)[:10]))
+    if head:
+        logger.info("A new %s head, from random weights: %s", name, ", ".join(head))
+
+
+def save_tokenizer(tokenizer, folder, model_class):
+    """tokenizer.save_pretrained(folder), the tokenizer saying which inputs the model takes: the names of its own
+    (model_input_names, by default input_ids, token_type_ids and attention_mask) that `model_class`'s call accepts.
+    Else 🤗's TensorFlow pipelines hand DistilBERT and MPNet, which have no token types, token_type_ids they refuse
+    (ValueError: The following keyword arguments are not supported by this model). Without a `model_class` (an
+    architecture that 🤗 has no TensorFlow masked LM of), the tokenizer is saved as it is."""
+    import inspect
+
+    if model_class is None:
+        tokenizer.save_pretrained(folder)
+        return
+    accepted = inspect.signature(model_class.call).parameters
+    tokenizer = copy.deepcopy(tokenizer)  # The caller's tokenizer goes on as it was.
+    tokenizer.model_input_names = [name for name in tokenizer.model_input_names if name in accepted]
+    tokenizer.init_kwargs["model_input_names"] = tokenizer.model_input_names  # What save_pretrained writes.
+    tokenizer.save_pretrained(folder)
+
+
+def save_model_folder(model, tokenizer, folder):
+    """The 🤗 TF `model` and its `tokenizer` into `folder` (save_tokenizer), with their copy for PyTorch
+    (save_pytorch_copy): what run_mlm.py, run_classification.py and export_model.py save."""
+    model.save_pretrained(folder)
+    save_tokenizer(tokenizer, folder, type(model))
+    save_pytorch_copy(model, tokenizer, folder)
 
 
 def save_pytorch_copy(model, tokenizer, folder):
@@ -192,7 +272,7 @@ def save_pytorch_copy(model, tokenizer, folder):
     config = copy.deepcopy(model.config)
     config.architectures = [type(model).__name__.removeprefix("TF")]  # RobertaForMaskedLM
     config.save_pretrained(pytorch_dir)
-    tokenizer.save_pretrained(pytorch_dir)
+    save_tokenizer(tokenizer, pytorch_dir, type(model))
     tensors = {}
     for weight in model.weights:
         name, transpose = convert_tf_weight_name_to_pt_weight_name(weight.name, tf_weight_shape=weight.shape)

@@ -34,9 +34,9 @@ from transformers import TFAutoModelForSequenceClassification, create_optimizer
 
 from corpus import data_files_format
 from devices import add_hardware_arguments, count_hosts, create_optimizer_state, set_up_training, strategy_name
-from models import (check_max_length, load_config, load_pretrained_model, load_tokenizer, save_pytorch_copy,
+from models import (check_max_length, load_config, load_pretrained_model, load_tokenizer, save_model_folder,
                     write_model_card)
-from run_folder import last_checkpoint
+from run_folder import refuse_an_unfinished_pretraining_run
 from utils import (UserError, check_output_dir, fraction, local_copy, non_negative_float, positive_float, positive_int,
                    save_folder)
 
@@ -363,22 +363,6 @@ def evaluation_dataset(features, label_ids, global_batch_size):
 PASS_A_MODEL_FOLDER = "Pass the folder that run_mlm.py saved (its --output_dir)."
 
 
-def refuse_an_unfinished_pretraining_run(path):
-    """Stops when `path` (local or gs://) is a run_mlm.py run that did not finish: checkpoints, but no saved model
-    (no config.json)."""
-    if not tf.io.gfile.isdir(path) or tf.io.gfile.exists(os.path.join(path, "config.json")):
-        return
-    latest = last_checkpoint(os.path.join(path, "checkpoints"))
-    if latest is None:
-        return
-    step = int(latest.rsplit("-", 1)[1])  # run_mlm.py numbers its checkpoints by step.
-    raise UserError(
-        f"{path!r} holds a pre-training run that did not finish: checkpoints (the latest at step {step}) "
-        "but no saved model. Finish it by running the same run_mlm.py command again, then pass this folder; or "
-        f"turn its latest checkpoint into a model folder with `python export_model.py {path} --output_dir "
-        "NEW_FOLDER` and pass --model_name_or_path NEW_FOLDER.")
-
-
 def classification_config(args, label_names, tokenizer):
     """The model's config with the label set of the data, after checking that the model can be fine-tuned here."""
     config = load_config(args.model_name_or_path, "--model_name_or_path", PASS_A_MODEL_FOLDER)
@@ -524,9 +508,7 @@ def save(args, model, tokenizer, results):
                    f"TPU pre-training pipeline).\n\n{scores}")
 
     def write(folder):
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        save_pytorch_copy(model, tokenizer, folder)
+        save_model_folder(model, tokenizer, folder)
         with open(os.path.join(folder, "eval_results.json"), "w") as f:
             json.dump(results, f, indent=2)
         write_model_card(folder, args.output_dir, "text-classification", "I lost my card", description)

@@ -251,6 +251,23 @@ def last_checkpoint(directory):
     return next((path for path in reversed(paths) if tf.io.gfile.exists(path + ".index")), None)
 
 
+def refuse_an_unfinished_pretraining_run(path):
+    """Stops when `path` (local or gs://), given as a model to start from (run_mlm.py, run_classification.py), is a
+    run_mlm.py run that did not finish: checkpoints, but no saved model (no config.json). 🤗's own answer, that
+    config.json has no model_type, is true but does not say what to do."""
+    if not tf.io.gfile.isdir(path) or tf.io.gfile.exists(os.path.join(path, "config.json")):
+        return
+    latest = last_checkpoint(os.path.join(path, "checkpoints"))
+    if latest is None:
+        return
+    step = int(latest.rsplit("-", 1)[1])  # run_mlm.py numbers its checkpoints by step.
+    raise UserError(
+        f"{path!r} holds a pre-training run that did not finish: checkpoints (the latest at step {step}) "
+        "but no saved model. Finish it by running the same run_mlm.py command again, then pass this folder; or "
+        f"turn its latest checkpoint into a model folder with `python export_model.py {path} --output_dir "
+        "NEW_FOLDER` and pass --model_name_or_path NEW_FOLDER.")
+
+
 def check_checkpoint(path, directory):
     """Reads every tensor of the checkpoint `path`; if one cannot be read (a file cut short by a full disk or an
     interrupted copy, a corrupted byte), raises UserError naming it and the last intact checkpoint before it in

@@ -29,16 +29,16 @@ import sys
 import time
 
 import tensorflow as tf
-from transformers import TFAutoModelForMaskedLM, create_optimizer
+from transformers import TF_MODEL_FOR_MASKED_LM_MAPPING, TFAutoModelForMaskedLM, create_optimizer
 
 from devices import (Throughput, add_hardware_arguments, check_input_pipeline, count_hosts, host_addresses,
                      host_index, set_up_training, strategy_name)
 from masked_lm import (MaskedLMTrainer, default_max_predictions, frequency_log_probs, make_dataset,
                        start_from_token_frequencies, word_start_table)
 from models import (ARCHITECTURES, check_max_length, load_config, load_pretrained_model, load_tokenizer,
-                    save_pytorch_copy, write_model_card)
+                    save_model_folder, save_tokenizer, write_model_card)
 from run_folder import (CheckpointAndStop, OutputDirLease, ResultsFile, RoundEnd, check_where_the_run_starts,
-                        format_metrics, restore_last_checkpoint)
+                        format_metrics, refuse_an_unfinished_pretraining_run, restore_last_checkpoint)
 from shards import (MIN_MAX_LENGTH, TOKEN_COUNTS_NAME, damaged_shards_named, find_shards, read_token_counts,
                     vocabulary_fingerprint)
 from utils import (UserError, fraction, is_gcs_path, local_copy, non_negative_float, non_negative_int,
@@ -57,6 +57,8 @@ def main(args):
         OutputDirLease(args.output_dir).hold()  # At once: a second run into this folder stops here.
 
     # The data and the config, checked before anything is built: mistakes cost seconds, not minutes.
+    if args.model_name_or_path:
+        refuse_an_unfinished_pretraining_run(args.model_name_or_path)
     tokenizer = load_tokenizer(args.tokenizer, "--tokenizer")
     if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
         raise UserError(f"the tokenizer {args.tokenizer!r} has no mask or pad token; train one with "
@@ -412,7 +414,8 @@ def save_config(output_dir, config, tokenizer):
     checkpoint, while the run is still going or after it was interrupted."""
     def write(folder):
         config.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
+        # The inputs of the masked LM that export_model.py builds of this config.
+        save_tokenizer(tokenizer, folder, TF_MODEL_FOR_MASKED_LM_MAPPING.get(type(config), None))
 
     save_folder(os.path.join(output_dir, "checkpoints", "config"), write, "The checkpoints' config and tokenizer")
 
@@ -447,9 +450,7 @@ only those whose input was `<mask>`, for the model and for a table of the traini
 {metrics or '| (no evaluation data) | |'}"""
 
     def write(folder):
-        mlm.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        save_pytorch_copy(mlm, tokenizer, folder)
+        save_model_folder(mlm, tokenizer, folder)
         write_model_card(folder, args.output_dir, "fill-mask", "The capital of France is <mask>.", description)
 
     save_folder(args.output_dir, write, "Model, tokenizer and model card", args.hub_model_id,  # Logs go to the Hub.

@@ -1,6 +1,7 @@
 """Every architecture of the README's table (utils.ARCHITECTURES), on a tiny config, in this process: run_mlm.py's
 trainer trains it with the LM head at the masked positions, under XLA, and that head gives the model's own logits;
-a checkpoint restores it; run_classification.py's trainer fine-tunes the saved model; and (make test-pytorch)
+a checkpoint restores it; run_classification.py's trainer fine-tunes the saved model; both saved folders answer in
+🤗's TensorFlow pipelines (fill-mask, text-classification); and (make test-pytorch)
 🤗 Transformers 5 loads its PyTorch copy, masked LM and classifier, with TensorFlow's logits on every real token."""
 
 import json
@@ -12,12 +13,12 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 from transformers import (AutoConfig, AutoTokenizer, TFAutoModelForMaskedLM, TFAutoModelForSequenceClassification,
-                          create_optimizer)
+                          create_optimizer, pipeline)
 
 from devices import create_optimizer_state, set_seed
 from helpers import MAX_LENGTH
 from masked_lm import MaskedLMTrainer, mask_tokens, start_from_token_frequencies
-from models import ARCHITECTURES, save_pytorch_copy
+from models import ARCHITECTURES, save_model_folder, save_pytorch_copy
 from run_classification import ClassifierTrainer
 
 # Hidden 64, 2 layers; DeBERTa-v3's attention (relative positions, shared keys, buckets; run_mlm.py refuses DeBERTa
@@ -95,9 +96,7 @@ def test_trains_with_the_gathered_head_under_xla_resumes_and_fine_tunes(model_ty
     # Saved as run_mlm.py saves it, then fine-tuned as run_classification.py fine-tunes it: the encoder's weights
     # are the pre-trained ones, and it learns.
     folder = tmp_path / "model"
-    mlm.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    save_pytorch_copy(mlm, tokenizer, folder)
+    save_model_folder(mlm, tokenizer, folder)
     assert (folder / "pytorch" / "model.safetensors").exists()
     classifier = TFAutoModelForSequenceClassification.from_pretrained(folder, num_labels=3)
     embeddings = {w.name.split("/", 1)[1]: w.numpy() for w in mlm.weights if "word_embeddings" in w.name}
@@ -111,6 +110,15 @@ def test_trains_with_the_gathered_head_under_xla_resumes_and_fine_tunes(model_ty
     create_optimizer_state(classifier_trainer.optimizer, classifier.trainable_variables)
     losses = classifier_trainer.fit(data, steps_per_epoch=4, epochs=2, verbose=0).history["loss"]
     assert np.isfinite(losses).all() and losses[1] < losses[0]
+
+    # Both saved folders answer in 🤗's TensorFlow pipelines: their tokenizers give only the inputs the model takes
+    # (DistilBERT and MPNet take no token_type_ids).
+    classifier_folder = tmp_path / "classifier"
+    save_model_folder(classifier, tokenizer, classifier_folder)
+    fill_mask = pipeline("fill-mask", model=str(folder), framework="tf", dtype=None)
+    assert len(fill_mask(TEXTS[0], top_k=3)) == 3
+    classify = pipeline("text-classification", model=str(classifier_folder), framework="tf", dtype=None)
+    assert classify(TEXTS[1])[0]["label"] in {"LABEL_0", "LABEL_1", "LABEL_2"}
 
 
 @pytest.mark.fast

@@ -1,14 +1,16 @@
 """run_mlm.py --model_name_or_path: a saved model, or its PyTorch copy, continues where it stopped (its own weights and
 LM head, the same evaluation before the first step); the run resumes from its own checkpoints; a model trained at
 32 tokens continues at 64 (the BERT recipe's 128 then 512, in small); and the refusals: overrides that change a
-weight's shape, a tokenizer that is not the model's, a length beyond the model's positions."""
+weight's shape, a tokenizer that is not the model's, a length beyond the model's positions; and the starting models
+that would not continue: a weights file cut short, a classifier without its LM head, a run that saved no model yet."""
 
 import argparse
 import json
+import shutil
 
 import pytest
 
-from helpers import MAX_LENGTH, WIKITEXT, run_main
+from helpers import MAX_LENGTH, WIKITEXT, run_main, unfinished_copy
 from test_export_model import MLM_TEXTS, assert_numpy_forward_gives, masked_lm_logits, tensorflow_logits
 
 SHORT = 32  # Phase 1's length; phase 2 runs at MAX_LENGTH.
@@ -112,3 +114,68 @@ def test_what_would_not_continue_the_model_is_refused(phase_1_dir, tokenizer_dir
                      AutoTokenizer.from_pretrained(other_dir))
     assert model_config(model_config_args(phase_1_dir, config_overrides="attention_probs_dropout_prob=0.2"),
                         tokenizer).attention_probs_dropout_prob == 0.2
+
+
+def model_copy(model_dir, destination):
+    """The model folder run_mlm.py saved (its files and its pytorch/ copy, not its run), copied to change it."""
+    shutil.copytree(model_dir, destination, ignore=shutil.ignore_patterns("checkpoints", "logs"))
+    return destination
+
+
+def cut_short(path):
+    """What an interrupted copy or a full disk leaves: the first half of the file."""
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2])
+
+
+@pytest.mark.parametrize("weights", ["tf_model.h5", "pytorch/model.safetensors"])
+def test_a_damaged_starting_model_is_named_with_what_to_do(weights, pretrained_model_dir, shards_dir, tmp_path):
+    from test_run_classification import fine_tune_args
+
+    damaged = model_copy(pretrained_model_dir, tmp_path / "damaged")
+    cut_short(damaged / weights)
+    start = damaged / weights.rpartition("/")[0] if "/" in weights else damaged
+    expected = (f"error: cannot read the weights file {weights.rpartition('/')[2]} of {str(start)!r} "
+                "(--model_name_or_path): it is damaged or incomplete")
+    # Each a UserError, exit status 1: run_main would raise anything else, with its traceback.
+    result = run_main("run_mlm.py", *flags(shards_dir, MAX_LENGTH, tmp_path / "continued", "--model_name_or_path",
+                                           start, "--max_steps", 2), expect_failure=True)
+    assert result.returncode == 1 and expected in result.stderr and "Copy the model folder again" in result.stderr
+    # run_classification.py loads its model with the same loader, and answers the same.
+    result = run_main("run_classification.py", *fine_tune_args(start, tmp_path / "classifier"), expect_failure=True)
+    assert result.returncode == 1 and expected in result.stderr
+
+
+def test_a_classifier_is_refused_as_a_masked_lm_whichever_its_weights(pretrained_model_dir, shards_dir, tmp_path):
+    # A classifier saved as run_classification.py saves it (config.json's architectures:
+    # RobertaForSequenceClassification; TensorFlow weights, and PyTorch's in pytorch/), without an LM head.
+    from transformers import AutoConfig, AutoTokenizer, TFAutoModelForSequenceClassification
+
+    from models import load_pretrained_model, save_model_folder
+
+    config = AutoConfig.from_pretrained(pretrained_model_dir, num_labels=3)
+    classifier = load_pretrained_model(TFAutoModelForSequenceClassification, str(pretrained_model_dir),
+                                       "--model_name_or_path", config, new_head=True)
+    classifier_dir = tmp_path / "classifier"
+    save_model_folder(classifier, AutoTokenizer.from_pretrained(pretrained_model_dir), classifier_dir)
+    assert json.loads((classifier_dir / "config.json").read_text())["architectures"] == \
+        ["RobertaForSequenceClassification"]
+    for start in (classifier_dir, classifier_dir / "pytorch"):
+        result = run_main("run_mlm.py", *flags(shards_dir, MAX_LENGTH, tmp_path / "continued", "--model_name_or_path",
+                                               start, "--max_steps", 2), expect_failure=True)
+        assert (f"error: {str(start)!r} (--model_name_or_path) holds a RobertaForSequenceClassification without the "
+                "head of a TFRobertaForMaskedLM: its weights have no lm_head. Starting that head from random weights "
+                "would train a new head, not continue the model. Pass the model folder that has that head, such as "
+                "the masked-LM folder a classifier was fine-tuned from") in result.stderr
+        assert "newly initialized" not in result.stderr  # 🤗's own warning, which said it in other words.
+
+
+def test_an_unfinished_run_is_named_with_what_to_do(pretrained_model_dir, shards_dir, tmp_path):
+    unfinished = unfinished_copy(pretrained_model_dir, tmp_path / "unfinished")
+    result = run_main("run_mlm.py", *flags(shards_dir, MAX_LENGTH, tmp_path / "continued", "--model_name_or_path",
+                                           unfinished, "--max_steps", 2), expect_failure=True)
+    # The answer run_classification.py gives (test_run_classification.py), from the same function.
+    assert (f"error: {str(unfinished)!r} holds a pre-training run that did not finish: checkpoints (the latest at "
+            "step 20) but no saved model. Finish it by running the same run_mlm.py command again") in result.stderr
+    assert f"python export_model.py {unfinished} --output_dir NEW_FOLDER" in result.stderr
+    assert "model_type" not in result.stderr
