@@ -1,5 +1,5 @@
-"""Masked-LM pre-training of any 🤗 TF…ForMaskedLM with Keras `model.fit`, in one file to copy into your own program:
-it imports TensorFlow, tf-keras and NumPy, nothing else of this project.
+"""Masked-LM pre-training of any 🤗 TF…ForMaskedLM with Keras `model.fit`, in one file to copy into your own
+program: it imports TensorFlow, tf-keras and NumPy, nothing else of this project.
 
 - MaskedLMTrainer: the training step (train_step, first), its loss and metrics at the masked positions only, the LM
   head run where a prediction is needed, gradient accumulation, XLA;

@@ -12,7 +12,9 @@ The weights of the epoch with the best validation accuracy are kept. Accuracy, m
 baseline, the worst classes and the most confused label pairs, on the validation and test data, go to
 {output_dir}/eval_results.json and TensorBoard ({output_dir}/logs). The model and tokenizer are saved to
 --output_dir, for `pipeline("text-classification", model=output_dir, framework="tf", dtype=None)`, with a copy
-for 🤗 Transformers 5 and PyTorch in {output_dir}/pytorch.
+for 🤗 Transformers 5 and PyTorch in {output_dir}/pytorch. The training step and the datasets are in classifier.py;
+TensorFlow, and what imports it, is imported in the functions that use it, once the flags are parsed: --help and a
+mistyped flag answer at once.
 
 Example (BANKING77 from local CSV files, on a CPU, for the demo's small model):
     python run_classification.py --model_name_or_path mlm-model --train_file banking77/train.csv \\
@@ -27,16 +29,11 @@ import os
 import sys
 
 import numpy as np
-import tensorflow as tf
-# 🤗 Transformers' TF models are Keras 2 models: every Keras object here comes from tf_keras (tf.keras is Keras 3).
-import tf_keras as keras
-from transformers import TFAutoModelForSequenceClassification, create_optimizer
 
 from corpus import data_files_format
 from devices import add_hardware_arguments, count_hosts, create_optimizer_state, set_up_training, strategy_name
 from models import (check_max_length, load_config, load_pretrained_model, load_tokenizer, save_model_folder,
                     write_model_card)
-from run_folder import refuse_an_unfinished_pretraining_run
 from utils import (UserError, check_output_dir, fraction, local_copy, non_negative_float, positive_float, positive_int,
                    save_folder)
 
@@ -116,6 +113,9 @@ def parse_args(argv=None):
 
 
 def main(args):
+    from classifier import ClassifierTrainer
+    from run_folder import refuse_an_unfinished_pretraining_run
+
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     strategy, on_tpu, jit_compile = set_up_training(
         args, input_paths=(args.train_file, args.validation_file, args.test_file, args.model_name_or_path))
@@ -181,6 +181,11 @@ def prepare_data(args, tokenizer):
 def train(args, strategy, trainer, encoded, global_batch_size):
     """Fine-tunes the trainer's classifier and leaves it with the weights of the epoch of best validation accuracy;
     returns that epoch (counted from 1) and the per-epoch history."""
+    import tf_keras as keras  # 🤗 Transformers' TF models are Keras 2 models: tf_keras, not tf.keras (Keras 3).
+    from transformers import create_optimizer
+
+    from classifier import evaluation_dataset, training_dataset
+
     steps_per_epoch = len(encoded["train"][1]) // global_batch_size
     if steps_per_epoch == 0:
         raise UserError(f"the {len(encoded['train'][1])} training examples do not fill one global batch of "
@@ -209,6 +214,8 @@ def train(args, strategy, trainer, encoded, global_batch_size):
 
 def evaluate(trainer, encoded, label_names, global_batch_size):
     """The metrics of the validation and (if any) test data, from a prediction of every example exactly once."""
+    from classifier import evaluation_dataset
+
     results = {}
     for split in ("validation", "test"):
         if split not in encoded:
@@ -334,28 +341,6 @@ def encode(tokenizer, texts, labels, label2id, max_length):
     return dict(features), np.array([label2id[label] for label in labels], dtype=np.int32)
 
 
-def training_dataset(features, label_ids, global_batch_size, seed):
-    """Shuffled anew each epoch, in full batches only (one shape for XLA), every example of weight 1."""
-    weights = np.ones(len(label_ids), dtype=np.float32)
-    return (tf.data.Dataset.from_tensor_slices((features, label_ids, weights))
-            .shuffle(len(label_ids), seed=seed, reshuffle_each_iteration=True)
-            .batch(global_batch_size, drop_remainder=True)
-            .prefetch(tf.data.AUTOTUNE))
-
-
-def evaluation_dataset(features, label_ids, global_batch_size):
-    """Every example once, in order, in full batches with sample weights: the last batch is filled up with copies
-    of the first examples (real inputs, so their logits are finite) of weight 0."""
-    num_examples = len(label_ids)
-    padded_size = num_examples + -num_examples % global_batch_size
-    rows = np.arange(padded_size) % num_examples
-    weights = (np.arange(padded_size) < num_examples).astype(np.float32)
-    padded_features = {name: values[rows] for name, values in features.items()}
-    return (tf.data.Dataset.from_tensor_slices((padded_features, label_ids[rows], weights))
-            .batch(global_batch_size, drop_remainder=True)
-            .prefetch(tf.data.AUTOTUNE))
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Model
 
@@ -386,74 +371,14 @@ def classification_config(args, label_names, tokenizer):
 def build_model(args, config):
     """The pre-trained encoder (TensorFlow or PyTorch weights) with a new classification head, or (--from_scratch)
     the same with random weights."""
+    from transformers import TFAutoModelForSequenceClassification
+
     if args.from_scratch:
         model = TFAutoModelForSequenceClassification.from_config(config)
         model.build_in_name_scope()  # Create the weights now, with the names that save_pretrained expects.
         return model
     return load_pretrained_model(TFAutoModelForSequenceClassification, args.model_name_or_path, "--model_name_or_path",
                                  config, new_head=True)
-
-
-class ClassifierTrainer(keras.Model):
-    """Fine-tunes a 🤗 TF…ForSequenceClassification with model.fit, counting only the examples of weight 1.
-
-    Every batch is (features, label ids, sample weights). A step's loss is the weighted cross-entropy summed over
-    the global batch, divided by the sum of its weights (an all-reduce across replicas): the padding of evaluation
-    batches counts for nothing, where Keras' compiled loss would divide by every row. The cross-entropy is computed
-    in float32: bfloat16 is too coarse for a log-softmax. With `jit_compile`, each replica's forward and backward
-    passes are compiled with XLA, the optimizer update not: Keras cannot compile an update of variables mirrored on
-    several devices (keras-team/tf-keras#385). A TPU compiles everything anyway. As in run_mlm.py, the steps are
-    traced without AutoGraph: nothing in them branches on a tensor, and rewriting the model's source costs seconds.
-    """
-
-    def __init__(self, classifier, jit_compile=False):
-        super().__init__()
-        self.classifier = classifier
-        self.loss_tracker = keras.metrics.Mean(name="loss")
-        self.accuracy_tracker = keras.metrics.Mean(name="accuracy")
-        self.compute_gradients, self.weighted_sums = (
-            tf.function(function, jit_compile=True, autograph=False) if jit_compile else function
-            for function in (self._compute_gradients, self._weighted_sums))
-
-    @property
-    def metrics(self):  # What Keras resets at the start of each epoch and evaluation.
-        return [self.loss_tracker, self.accuracy_tracker]
-
-    def call(self, features, training=False):
-        return self.classifier(**features, training=training).logits
-
-    def _weighted_sums(self, features, label_ids, weights, training=False):
-        """Weighted sums of the cross-entropy and of the correct predictions, and the sum of the weights."""
-        logits = tf.cast(self(features, training=training), tf.float32)
-        cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label_ids, logits=logits)
-        correct = tf.cast(tf.argmax(logits, axis=-1, output_type=label_ids.dtype) == label_ids, tf.float32)
-        return tf.reduce_sum(cross_entropy * weights), tf.reduce_sum(correct * weights), tf.reduce_sum(weights)
-
-    def _compute_gradients(self, features, label_ids, weights):
-        with tf.GradientTape() as tape:
-            sums = self._weighted_sums(features, label_ids, weights, training=True)
-        # Zeros for the weights the loss does not reach (MPNet's pooler).
-        gradients = tape.gradient(sums[0], self.classifier.trainable_variables, unconnected_gradients="zero")
-        return [tf.convert_to_tensor(gradient) for gradient in gradients], sums
-
-    @tf.autograph.experimental.do_not_convert
-    def train_step(self, batch):
-        gradient_sums, (cross_entropy_sum, correct, count) = self.compute_gradients(*batch)
-        global_count = tf.distribute.get_replica_context().all_reduce("sum", count)
-        # The optimizer sums the replicas' gradients: divided by the global count, that sum is the gradient of the
-        # mean over every example of the global batch.
-        gradients = [gradient / global_count for gradient in gradient_sums]
-        self.optimizer.apply_gradients(zip(gradients, self.classifier.trainable_variables))
-        return self._update_metrics(cross_entropy_sum, correct, count)
-
-    @tf.autograph.experimental.do_not_convert
-    def test_step(self, batch):
-        return self._update_metrics(*self.weighted_sums(*batch))
-
-    def _update_metrics(self, cross_entropy_sum, correct, count):
-        self.loss_tracker.update_state(tf.math.divide_no_nan(cross_entropy_sum, count), sample_weight=count)
-        self.accuracy_tracker.update_state(tf.math.divide_no_nan(correct, count), sample_weight=count)
-        return {metric.name: metric.result() for metric in self.metrics}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -466,7 +391,8 @@ def classification_metrics(label_ids, predictions, label_names, train_label_ids)
     confused pairs."""
     num_labels = len(label_names)
     # [true label, predicted label]
-    confusion = tf.math.confusion_matrix(label_ids, predictions, num_labels, dtype=tf.int64).numpy()
+    confusion = np.bincount(np.asarray(label_ids) * num_labels + predictions, minlength=num_labels**2).reshape(
+        num_labels, num_labels)
     true_positives = np.diag(confusion)
     support, predicted = confusion.sum(axis=1), confusion.sum(axis=0)
     present = (support + predicted) > 0
@@ -489,6 +415,8 @@ def classification_metrics(label_ids, predictions, label_names, train_label_ids)
 
 def write_tensorboard_results(log_dir, results, step):
     """The final scores of each split, beside the per-epoch curves of Keras' TensorBoard callback."""
+    import tensorflow as tf
+
     for split, metrics in results.items():
         with tf.summary.create_file_writer(os.path.join(log_dir, f"final_{split}")).as_default(step=step):
             for name in ("accuracy", "macro_f1", "majority_class_accuracy"):

@@ -15,6 +15,10 @@ command run again resumes from the last one (run_folder.py). At the end, the mod
 --output_dir for `pipeline("fill-mask", model=output_dir, framework="tf")`, with a copy for 🤗 Transformers 5 and
 PyTorch in {output_dir}/pytorch. Every path may be gs://; each is checked before anything else starts.
 
+TensorFlow, and the modules that import it (masked_lm.py, run_folder.py, 🤗's TF models), are imported in the
+functions that use them, once the flags are parsed: --help and a mistyped flag answer at once, not after the seconds
+that TensorFlow takes to start.
+
 Example (a small model on a CPU):
     python run_mlm.py --train_dataset tfrecords/train --eval_dataset tfrecords/validation \\
         --tokenizer unigram-tokenizer --config_overrides hidden_size=256,num_hidden_layers=4,... --no_tpu
@@ -28,17 +32,10 @@ import os
 import sys
 import time
 
-import tensorflow as tf
-from transformers import TF_MODEL_FOR_MASKED_LM_MAPPING, TFAutoModelForMaskedLM, create_optimizer
-
 from devices import (Throughput, add_hardware_arguments, check_input_pipeline, count_hosts, host_addresses,
                      host_index, set_up_training, strategy_name)
-from masked_lm import (MaskedLMTrainer, default_max_predictions, frequency_log_probs, make_dataset,
-                       start_from_token_frequencies, word_start_table)
 from models import (ARCHITECTURES, check_max_length, load_config, load_pretrained_model, load_tokenizer,
                     save_model_folder, save_tokenizer, write_model_card)
-from run_folder import (CheckpointAndStop, OutputDirLease, ResultsFile, RoundEnd, check_where_the_run_starts,
-                        format_metrics, refuse_an_unfinished_pretraining_run, restore_last_checkpoint)
 from shards import (MIN_MAX_LENGTH, TOKEN_COUNTS_NAME, damaged_shards_named, find_shards, read_token_counts,
                     vocabulary_fingerprint)
 from utils import (UserError, fraction, is_gcs_path, local_copy, non_negative_float, non_negative_int,
@@ -48,6 +45,11 @@ logger = logging.getLogger("run_mlm")
 
 
 def main(args):
+    import tensorflow as tf
+
+    from run_folder import (CheckpointAndStop, OutputDirLease, ResultsFile, RoundEnd, check_where_the_run_starts,
+                            format_metrics, refuse_an_unfinished_pretraining_run, restore_last_checkpoint)
+
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     strategy, on_tpu, jit_compile = set_up_training(
         args, input_paths=(args.train_dataset, args.eval_dataset, args.tokenizer, args.pretrained_model_config,
@@ -103,7 +105,7 @@ def main(args):
     with damaged_shards_named(train_files + eval_files):
         if args.input_check_seconds:  # This host's pipeline alone, as training builds it.
             this_host = tf.distribute.InputContext(plan.num_hosts, host_index(strategy), plan.replicas_per_host)
-            speed = check_input_pipeline(training_dataset(args, plan, masking, train_files, args.seed)(this_host),
+            speed = check_input_pipeline(host_dataset(args, plan, masking, train_files, args.seed)(this_host),
                                          args.input_check_seconds, plan.batch_per_replica_step, throughput)
             results.record(input_pipeline_samples_per_second=speed)
         if start_step == 0 and eval_files:
@@ -163,6 +165,8 @@ def train(trainer, training_data, eval_data, plan, start_step, stopper, round_en
 
 def masking_arguments(args, tokenizer):
     """mask_tokens' arguments, from the flags and the tokenizer."""
+    from masked_lm import word_start_table
+
     try:
         word_starts = None if args.masking == "token" else word_start_table(tokenizer)
     except ValueError as err:  # A tokenizer whose pieces do not show where words begin.
@@ -172,26 +176,26 @@ def masking_arguments(args, tokenizer):
                 max_predictions=args.max_predictions_per_seq, spans=args.masking == "span", word_starts=word_starts)
 
 
-def training_dataset(args, plan, masking, train_files, seed):
-    """The training data of one host, as a function of its input context: make_dataset over its own shards, each
-    batch holding every micro-batch of a step. `masking`: masking_arguments."""
-    return lambda input_context: make_dataset(
-        train_files, input_context, batch_size=plan.batch_per_replica_step, max_length=args.max_length,
-        masking=masking, seed=seed, training=True, shuffle_buffer_size=args.shuffle_buffer_size)
+def host_dataset(args, plan, masking, files, seed, training=True):
+    """One host's data, as a function of its input context: make_dataset over its own shards. A training batch holds
+    every micro-batch of a step; evaluation is the plan.eval_steps batches of every round. `masking`:
+    masking_arguments."""
+    from masked_lm import make_dataset
+
+    size = dict(batch_size=plan.batch_per_replica_step, shuffle_buffer_size=args.shuffle_buffer_size) if training \
+        else dict(batch_size=args.per_replica_batch_size, num_batches=plan.eval_steps * plan.replicas_per_host)
+    return lambda input_context: make_dataset(files, input_context, max_length=args.max_length, masking=masking,
+                                              seed=seed, training=training, **size)
 
 
 def distributed_datasets(args, strategy, plan, masking, train_files, eval_files):
-    """(training(first_step), evaluation): on each host, its own shards, for its own replicas. Evaluation is the
-    plan.eval_steps batches of every round."""
+    """(training(first_step), evaluation): on each host, its own shards, for its own replicas."""
     def training(first_step):
         return strategy.distribute_datasets_from_function(
-            training_dataset(args, plan, masking, train_files, args.seed + first_step))
+            host_dataset(args, plan, masking, train_files, args.seed + first_step))
 
-    if not eval_files:
-        return training, None
-    return training, strategy.distribute_datasets_from_function(lambda input_context: make_dataset(
-        eval_files, input_context, batch_size=args.per_replica_batch_size, max_length=args.max_length,
-        masking=masking, seed=args.seed, training=False, num_batches=plan.eval_steps * plan.replicas_per_host))
+    return training, strategy.distribute_datasets_from_function(
+        host_dataset(args, plan, masking, eval_files, args.seed, training=False)) if eval_files else None
 
 
 def check_paths_for_pod(args, num_hosts):
@@ -304,6 +308,10 @@ def build_trainer(args, config, tokenizer, plan, jit_compile, train_files):
     """The model (new, or that of --model_name_or_path) in a compiled MaskedLMTrainer, and its learning-rate
     schedule. Call it in the strategy's scope. The token counts beside the shards give the frequency baseline, and
     (--output_bias) a new model's starting output bias: a loaded one keeps its own."""
+    from transformers import TFAutoModelForMaskedLM, create_optimizer
+
+    from masked_lm import MaskedLMTrainer, frequency_log_probs, start_from_token_frequencies
+
     if args.model_name_or_path:
         mlm = load_pretrained_model(TFAutoModelForMaskedLM, args.model_name_or_path, "--model_name_or_path", config)
     else:
@@ -412,6 +420,8 @@ def warn_if_nothing_learned_from_context(results):
 def save_config(output_dir, config, tokenizer):
     """The config and tokenizer beside the checkpoints: with them, export_model.py makes a model folder of any
     checkpoint, while the run is still going or after it was interrupted."""
+    from transformers import TF_MODEL_FOR_MASKED_LM_MAPPING
+
     def write(folder):
         config.save_pretrained(folder)
         # The inputs of the masked LM that export_model.py builds of this config.
@@ -423,6 +433,8 @@ def save_config(output_dir, config, tokenizer):
 def save_model(args, trainer, tokenizer, config, results, plan):
     """The model, its tokenizer, a PyTorch copy and a model card into --output_dir (and to the Hub with
     --hub_model_id); then, in training_results.json, the step it was saved at: the run is finished."""
+    from run_folder import OutputDirLease
+
     step, mlm = int(trainer.optimizer.iterations.numpy()), trainer.mlm
     results.record(step=step, model_type=config.model_type, vocab_size=config.vocab_size,
                    train_samples=plan.train_samples)
@@ -553,6 +565,8 @@ def parse_args():
                      f"{MIN_MAX_LENGTH}, with prepare_tfrecord_shards.py.")
     args.tokenizer = args.tokenizer or args.model_name_or_path or "unigram-tokenizer"
     if args.max_predictions_per_seq is None:  # After the types checked --mlm_probability: a rate in (0, 1).
+        from masked_lm import default_max_predictions
+
         args.max_predictions_per_seq = default_max_predictions(args.mlm_probability, args.max_length, args.masking)
     if args.max_predictions_per_seq > args.max_length:
         parser.error(f"--max_predictions_per_seq must be from 0 to --max_length ({args.max_length}), got "

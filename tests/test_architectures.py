@@ -15,11 +15,11 @@ import tf_keras as keras
 from transformers import (AutoConfig, AutoTokenizer, TFAutoModelForMaskedLM, TFAutoModelForSequenceClassification,
                           create_optimizer, pipeline)
 
+from classifier import ClassifierTrainer
 from devices import create_optimizer_state, set_seed
 from helpers import MAX_LENGTH
 from masked_lm import MaskedLMTrainer, mask_tokens, start_from_token_frequencies
 from models import ARCHITECTURES, save_model_folder, save_pytorch_copy
-from run_classification import ClassifierTrainer
 
 # Hidden 64, 2 layers; DeBERTa-v3's attention (relative positions, shared keys, buckets; run_mlm.py refuses DeBERTa
 # v1's relative attention, which fails under XLA), and a smaller embedding where the models

@@ -1,8 +1,11 @@
-"""The codebase itself: the modules import one another without cycles, and every third-party module they import is
-named in a requirements file (not only brought by another package's dependencies)."""
+"""The codebase itself: the modules import one another without cycles, every third-party module they import is
+named in a requirements file (not only brought by another package's dependencies), and every script's --help
+answers without starting TensorFlow."""
 
 import ast
 import re
+import subprocess
+import sys
 from importlib import metadata
 
 import pytest
@@ -66,3 +69,15 @@ def test_setup_py_ships_every_module_that_the_beam_workers_import():
         needed |= frontier
         frontier = {name for module in frontier for name in imported_modules(MODULES[module]) & set(MODULES)} - needed
     assert needed <= shipped, f"setup.py does not ship {sorted(needed - shipped)} to Dataflow's workers"
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("script", ["train_unigram.py", "prepare_tfrecord_shards.py", "run_mlm.py",
+                                    "run_classification.py", "export_model.py"])
+def test_help_answers_without_importing_tensorflow(script):
+    # -X importtime lists every module imported. TensorFlow takes seconds to start and logs lines of its own.
+    result = subprocess.run([sys.executable, "-X", "importtime", str(REPO / script), "--help"], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.startswith(f"usage: {script}")
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import")}
+    assert "tensorflow" not in imported and "tf_keras" not in imported

@@ -173,7 +173,8 @@ def test_a_claim_from_another_host_blocks_until_its_lease_expires(tmp_path, rele
     with pytest.raises(UserError) as error:
         run_folder.OutputDirLease(str(tmp_path)).hold()
     assert "process 1234 on host lost-vm" in str(error.value)
-    assert (f"takes over once its claim expires, at {run_folder.utc(lease.claim['renewed'] + 600)} (10 minutes after it "
+    expires = run_folder.utc(lease.claim["renewed"] + 600)
+    assert (f"takes over once its claim expires, at {expires} (10 minutes after it "
             f"was last renewed), or at once if you delete {tmp_path / 'running.json'}") in str(error.value)
     lease.claim["renewed"] = time.time() - 601
     (tmp_path / "running.json").write_text(json.dumps(lease.claim))

@@ -7,9 +7,9 @@ import shutil
 import numpy as np
 import pytest
 
+from classifier import evaluation_dataset
 from helpers import REPO, assert_entry_point_error, run_main, run_script, unfinished_copy
-from run_classification import (classification_metrics, evaluation_dataset, load_splits, sample_per_label,
-                                stratified_split)
+from run_classification import classification_metrics, load_splits, sample_per_label, stratified_split
 from run_folder import last_checkpoint
 from utils import UserError
 
