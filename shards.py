@@ -368,7 +368,7 @@ def finish_split(split, split_dir, parts, token_counts, tokenizer, vocab_size, a
 def plan_parts(paths, sizes, num_parts):
     """Cuts text files (`sizes` bytes each), one after the other, into `num_parts` contiguous parts of equal size
     (or one per byte, for fewer bytes), each a list of (path, start, end) byte ranges. The cuts fall anywhere:
-    reading a byte range gives the lines that begin in it (utils.iter_text_file_lines), so the parts, read in
+    reading a byte range gives the lines that begin in it (corpus.iter_text_file_lines), so the parts, read in
     order, give every line once, whole, in order."""
     file_starts = list(itertools.accumulate(sizes, initial=0))  # Where each file starts in the concatenation.
     total = file_starts.pop()

@@ -61,7 +61,7 @@ def print_table(headers, rows):
 
 def training_flops_per_sample(hidden, layers, intermediate, vocab, length, head_positions):
     """FLOPs of one training step (forward and backward) on one sample of `length` tokens, for a RoBERTa of these
-    sizes with the LM head at `head_positions` positions: run_mlm.training_flops_per_token, which says what it
+    sizes with the LM head at `head_positions` positions: devices.training_flops_per_token, which says what it
     counts, times the length."""
     from transformers import RobertaConfig
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark of run_mlm.py's input pipeline alone, against what a TPU would consume.
 
-The pipeline is run_mlm.make_dataset, as training uses it: read the shards (8 files at a time), shuffle in a
+The pipeline is masked_lm.make_dataset, as training uses it: read the shards (8 files at a time), shuffle in a
 buffer of 10,000 samples, batch, parse, mask (with the gathered head's masked positions). It runs on this
 machine's CPU cores and feeds nothing: batches are pulled by a TensorFlow loop, with no Python per batch, after a
 warm-up that fills the shuffle buffer. Shards come from the corpus (--train_file: WikiText-2 train), written by
@@ -108,7 +108,7 @@ def main():
 
     print(f"Machine: {describe_machine()}; TensorFlow {tf.__version__}; load average during the run "
           f"{min(loads):.1f} to {max(loads):.1f}")
-    print(f"Pipeline: run_mlm.make_dataset(training=True), shards of {args.train_file}, batches of {args.batch_size}, "
+    print(f"Pipeline: masked_lm.make_dataset(training=True), shards of {args.train_file}, batches of {args.batch_size}, "
           f"shuffle buffer 10,000, masking 15 %; {args.batches} batches timed, median of {args.rounds} rounds\n")
     print_table(["length", "samples/s", "range", "tokens/s"],
                 [[length, f"{median(s):,.0f}", f"{min(s):,.0f} to {max(s):,.0f}", f"{median(s) * length:,.0f}"]

@@ -11,7 +11,7 @@ the first steps cancel out; what is left includes the input pipeline, the metric
                 the end), evaluation off
     original    the original example's path: the 🤗 model compiled with AdamW only, no tf.distribute strategy, no
                 XLA, model.fit computing the model's own loss at every position; fed by the same tf.data pipeline
-                (run_mlm.make_dataset, masking every chosen position, no gathered head)
+                (masked_lm.make_dataset, masking every chosen position, no gathered head)
 
 The sides alternate, --passes times, so that anything else loading the machine disturbs them alike.
 

@@ -81,3 +81,19 @@ def test_help_answers_without_importing_tensorflow(script):
     assert result.returncode == 0 and result.stdout.startswith(f"usage: {script}")
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import")}
     assert "tensorflow" not in imported and "tf_keras" not in imported
+
+
+@pytest.mark.fast
+def test_every_module_imports_only_those_below_it_in_the_readmes_layout_table():
+    section = README_LAYOUT.search((REPO / "README.md").read_text()).group(1)
+    rows = [re.findall(r"`(\w+)\.py`", row.split("|")[1]) for row in section.splitlines() if row.startswith("| ")]
+    scripts = ["train_unigram", "prepare_tfrecord_shards", "run_mlm", "run_classification", "export_model"]
+    order = [names or scripts for names in rows[1:]]  # Past the header row; "the five scripts" names none.
+    placed = {name: floor for floor, names in enumerate(order) for name in names}
+    assert set(placed) == set(MODULES) - {"setup"}, "the table names every module once"
+    for name, floor in placed.items():
+        above = {module for module in imported_modules(MODULES[name]) & set(MODULES) if placed[module] <= floor}
+        assert above <= {name} or floor == 0 and above <= set(scripts), f"{name} imports {sorted(above)}, not below it"
+
+
+README_LAYOUT = re.compile(r"## How the code is laid out\n(.*?)\n## ", re.DOTALL)

@@ -129,7 +129,7 @@ def test_samples_too_short_to_mask_are_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-# The records are serialized without TensorFlow (utils.RecordSerializer): they must be the very
+# The records are serialized without TensorFlow (shards.RecordSerializer): they must be the very
 # bytes TensorFlow writes. Token ids of every varint length are covered, up to 250,000 (the largest vocabularies),
 # and beyond.
 EDGE_IDS = [0, 1, 127, 128, 255, 16383, 16384, 250_000, 2**21 - 1, 2**21, 2**31 - 1, 2**35, 2**63 - 1]

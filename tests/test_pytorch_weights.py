@@ -1,4 +1,4 @@
-"""utils.load_pretrained_model on folders of PyTorch weights only (model.safetensors, one file or sharded with an
+"""models.load_pretrained_model on folders of PyTorch weights only (model.safetensors, one file or sharded with an
 index), made here without PyTorch from tiny TF models: every weight comes back bit for bit, for each architecture
 family; missing or misshapen weights are refused; and, when PYTORCH_PYTHON names a Python with 🤗 Transformers 5 and
 PyTorch (`make test-pytorch`), a folder that PyTorch itself saved, sharded, loads with PyTorch's logits."""
@@ -28,7 +28,7 @@ def tiny_config(model_type, **overrides):
 
 
 def pytorch_only_folder(model, folder, shards=1):
-    """The PyTorch copy of `model` (utils.save_pytorch_copy) moved to `folder`, its weights in `shards` files with
+    """The PyTorch copy of `model` (models.save_pytorch_copy) moved to `folder`, its weights in `shards` files with
     an index as save_pretrained writes them when there are several."""
     from safetensors.numpy import load_file, save_file
 
