@@ -183,8 +183,7 @@ def iter_text_file_lines(files, long_texts=False):
                         raise not_utf8(path) from err
                     yield from text.removesuffix("\r").split("\r")
                 else:
-                    texts = long_line_texts(f, path, position, chunk)
-                    position = yield from (texts if long_texts else map(str, texts))
+                    position = yield from long_line_texts(f, path, position, chunk, long_texts)
 
 
 def not_utf8(path):
@@ -193,9 +192,10 @@ def not_utf8(path):
     return UserError(not_utf8_error(path, open_file(path, "rb")))
 
 
-def long_line_texts(f, path, position, chunk):
+def long_line_texts(f, path, position, chunk, long_texts):
     """The texts of a line longer than READ_CHUNK_BYTES that begins at byte `position` of `f` with `chunk`, read a
-    chunk at a time: those of up to LONG_TEXT_BYTES as str, longer ones as LongText. The texts are split at "\\r"
+    chunk at a time: those of up to LONG_TEXT_BYTES as str, longer ones as LongText (with `long_texts`; else read
+    back whole, as str). The texts are split at "\\r"
     as iter_text_file_lines splits them ("\\r" is never inside a UTF-8 character). Returns where the next line
     begins."""
     import codecs
@@ -210,7 +210,8 @@ def long_line_texts(f, path, position, chunk):
         except UnicodeDecodeError as err:
             raise not_utf8(path) from err
         if text["strings"] is None:
-            return LongText(path, text["begin"], end, text["space_only"])
+            long_text = LongText(path, text["begin"], end, text["space_only"])
+            return long_text if long_texts else str(long_text)
         return "".join(text["strings"])
 
     text, ends_with_cr = new_text(position), False
