@@ -1,0 +1,115 @@
+"""ELECTRA's replaced-token detection (electra.py, run_mlm.py --objective electra): the discriminator's labels, the
+embeddings the two networks share, and the FLOP count of both."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from transformers import ElectraConfig, TFElectraForMaskedLM, TFElectraForPreTraining
+
+from devices import electra_training_flops_per_token
+from electra import ElectraTrainer, generator_config, replace_tokens
+from helpers import MAX_LENGTH
+from masked_lm import mask_tokens
+
+# The discriminator of the issue's check: hidden 32, embeddings of 16; its generator a quarter as wide (hidden 8).
+TINY = dict(embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            max_position_embeddings=MAX_LENGTH)
+SHARED = ["word_embeddings/weight", "token_type_embeddings/embeddings", "position_embeddings/embeddings",
+          "embeddings/LayerNorm/gamma", "embeddings/LayerNorm/beta"]
+
+
+def build_pair(config):
+    discriminator, generator = TFElectraForPreTraining(config), TFElectraForMaskedLM(generator_config(config, 0.25))
+    discriminator.build_in_name_scope()
+    generator.build_in_name_scope()
+    return discriminator, generator
+
+
+def test_a_sampled_original_token_is_labelled_original():
+    # Positions 1, 3 and 4 of the row were chosen (labels), position 4 kept its token; masked_positions lists them and
+    # pads with the unchosen position 0. The generator's logits all but force its samples: the original token at 1 and
+    # 4, another one at 3, and another at the padding position 0, which must change nothing.
+    mask = 1
+    input_ids = tf.constant([[5, mask, 7, mask, 9, 10]])
+    labels = tf.constant([[-100, 6, -100, 8, 9, -100]])
+    masked_positions = tf.constant([[1, 3, 4, 0]])
+    forced = [6, 12, 9, 15]
+    logits = tf.one_hot([forced], depth=20) * 1e4
+    replaced_ids, replaced_labels, sampled = replace_tokens(input_ids, labels, masked_positions, logits,
+                                                            tf.constant([0, 0], tf.int64))
+    assert sampled.numpy().tolist() == [forced]
+    assert replaced_ids.numpy().tolist() == [[5, 6, 7, 12, 9, 10]]
+    assert replaced_labels.numpy().tolist() == [[0, 0, 0, 1, 0, 0]]
+
+    # On a masked batch of a vocabulary of 3, where the generator's uniform samples often hit the original token:
+    # a label is 1 exactly where the discriminator's input differs from the original text.
+    original = tf.random.stateless_uniform([16, 32], [1, 2], minval=2, maxval=5, dtype=tf.int32)
+    batch = mask_tokens(original, tf.constant([3, 4], tf.int64), mask_token_id=mask, special_token_ids=[0, mask],
+                        vocab_size=5, mlm_probability=0.5, max_predictions=24, mask_share=0.85, random_share=0.0)
+    chosen = batch["labels"] != -100
+    # ELECTRA's replacement: <mask> or the token itself, never a random one.
+    assert tf.reduce_all((batch["input_ids"] == original) | (chosen & (batch["input_ids"] == mask)))
+    replaced_ids, replaced_labels, _ = replace_tokens(batch["input_ids"], batch["labels"], batch["masked_positions"],
+                                                      tf.zeros([16, 24, 5]) + [-1e4, -1e4, 0.0, 0.0, 0.0],
+                                                      tf.constant([5, 6], tf.int64))
+    differs = (replaced_ids != original).numpy()
+    assert (replaced_labels.numpy() == differs).all()
+    assert not differs[~chosen.numpy()].any()  # Only chosen positions change...
+    assert 0.2 < differs[chosen.numpy()].mean() < 0.9  # ... about two thirds of them: the rest sampled the original.
+
+
+def test_the_shared_embeddings_are_one_variable_each_with_one_gradient():
+    discriminator, generator = build_pair(ElectraConfig(vocab_size=50, **TINY))
+    generator_only = len(generator.trainable_variables)
+    trainer = ElectraTrainer(discriminator, generator)
+    assert generator.generator_lm_head.input_embeddings is discriminator.electra.embeddings
+    assert generator.get_input_embeddings() is discriminator.electra.embeddings
+    shared = [v for v in generator.trainable_variables if any(v is w for w in discriminator.trainable_variables)]
+    assert sorted(name for name in SHARED if any(name in v.name for v in shared)) == sorted(SHARED)
+    assert len(shared) == len(SHARED)
+    # Every variable once: the discriminator's and the generator's own (its encoder's projection 16 -> 8, layers,
+    # head), not a second copy of the embeddings.
+    variables = trainer.trained_variables
+    assert len({id(v) for v in variables}) == len(variables) == len(discriminator.trainable_variables) \
+        + generator_only - len(SHARED)
+    assert any("embeddings_project" in v.name for v in generator.trainable_variables)
+
+    batch = mask_tokens(tf.random.stateless_uniform([4, 16], [7, 8], minval=3, maxval=50, dtype=tf.int32),
+                        tf.constant([1, 2], tf.int64), mask_token_id=2, special_token_ids=[0, 1, 2], vocab_size=50,
+                        mlm_probability=0.3, max_predictions=8, mask_share=0.85, random_share=0.0)
+    batch["attention_mask"] = tf.ones([4, 16], tf.int32)
+    gradients, sums = trainer._compute_gradients(batch, tf.constant([sums_count(batch), 64.0]),
+                                                 tf.constant([0, 0], tf.int64))
+    assert len(gradients) == len(variables)
+    norms = {v.name: float(tf.norm(g)) for v, g in zip(variables, gradients)}
+    assert all(norm > 0 for norm in norms.values()), [name for name, norm in norms.items() if norm == 0]
+    assert sums["masked_count"] == sums_count(batch) and sums["token_count"] == 64
+
+
+def sums_count(batch):
+    return float(tf.reduce_sum(tf.cast(batch["labels"] != -100, tf.float32)))
+
+
+def test_flops_per_token_of_both_networks_against_a_hand_count():
+    # The discriminator: hidden 4, embeddings 2, feed-forward 8, 2 layers, vocabulary 10; its generator half as wide:
+    # hidden 2 (= its embeddings: no projection), feed-forward 4, 1 head. Samples of 16 tokens, the generator's LM
+    # head at 4 of them. Multiply-adds of the forward pass per token:
+    #   generator      each layer: 4 x 2x2 = 16, feed-forward 2x4 + 4x2 = 16, attention 2 x 16 x 2 = 64: 96
+    #                  LM head at 4 of 16: (dense 2x2 + vocabulary 2x10) / 4 = 6
+    #   discriminator  projection 2x4 = 8; each layer: 4 x 4x4 = 64, 4x8 + 8x4 = 64, attention 2 x 16 x 4 = 128: 256
+    #                  its head at every position: dense 4x4 + 4x1 = 20
+    # Training: 6 FLOPs per multiply-add.
+    config = ElectraConfig(vocab_size=10, embedding_size=2, hidden_size=4, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=8, max_position_embeddings=16)
+    generator = generator_config(config, 0.5)
+    assert (generator.hidden_size, generator.intermediate_size, generator.num_attention_heads,
+            generator.embedding_size, generator.num_hidden_layers) == (2, 4, 1, 2, 2)
+    generator_count, discriminator_count = 2 * 96 + 6, 8 + 2 * 256 + 20
+    assert electra_training_flops_per_token(config, generator, 16, 4) == 6 * (generator_count + discriminator_count)
+
+    # The hand count's matrices are the models': the discriminator's head is a 4x4 and a 4x1 kernel.
+    discriminator = TFElectraForPreTraining(config)
+    discriminator.build_in_name_scope()
+    head = sorted(int(w.shape.num_elements()) for w in discriminator.weights
+                  if "discriminator_predictions" in w.name and w.name.endswith("kernel:0"))
+    assert head == [4, 16]
