@@ -1,5 +1,9 @@
 """ELECTRA's replaced-token detection (electra.py, run_mlm.py --objective electra): the discriminator's labels, the
-embeddings the two networks share, and the FLOP count of both."""
+embeddings the two networks share, the FLOP count of both, and a tiny run end to end: trained, resumed, saved with
+its generator and PyTorch copies, exported from its checkpoint and fine-tuned."""
+
+import argparse
+import json
 
 import numpy as np
 import pytest
@@ -8,9 +12,10 @@ from transformers import ElectraConfig, TFElectraForMaskedLM, TFElectraForPreTra
 
 from devices import electra_training_flops_per_token
 from electra import ElectraTrainer, generator_config, replace_tokens
-from helpers import MAX_LENGTH
+from helpers import MAX_LENGTH, REPO, run_main, tiny_mlm_args
 from masked_lm import mask_tokens
 
+BANKING77 = REPO / "tests" / "data" / "banking77"
 # The discriminator of the issue's check: hidden 32, embeddings of 16; its generator a quarter as wide (hidden 8).
 TINY = dict(embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
             max_position_embeddings=MAX_LENGTH)
@@ -113,3 +118,109 @@ def test_flops_per_token_of_both_networks_against_a_hand_count():
     head = sorted(int(w.shape.num_elements()) for w in discriminator.weights
                   if "discriminator_predictions" in w.name and w.name.endswith("kernel:0"))
     assert head == [4, 16]
+
+
+@pytest.fixture(scope="module")
+def electra_config_dir(tmp_path_factory):
+    config_dir = tmp_path_factory.mktemp("tiny-electra")
+    ElectraConfig(**TINY).save_pretrained(config_dir)
+    return config_dir
+
+
+def electra_args(shards_dir, tokenizer_dir, config_dir, output_dir, max_steps):
+    return [*tiny_mlm_args(shards_dir, tokenizer_dir, config_dir, output_dir), "--objective", "electra",
+            "--eval_dataset", shards_dir / "validation", "--max_steps", max_steps, "--eval_every_steps", 4,
+            "--checkpoint_every_steps", 4]
+
+
+def test_electra_run_resumes_saves_both_networks_exports_and_fine_tunes(shards_dir, tokenizer_dir, electra_config_dir,
+                                                                        tmp_path):
+    from run_folder import restore_last_checkpoint
+    from transformers import create_optimizer
+
+    from models import load_pytorch_weights
+
+    model_dir = tmp_path / "electra"
+    first = run_main("run_mlm.py", *electra_args(shards_dir, tokenizer_dir, electra_config_dir, model_dir, 4))
+    assert "ELECTRA discriminator (hidden size 32) and generator (hidden size 8)" in first.stderr
+    saved_at_4 = {name: TFElectraForMaskedLM.from_pretrained(model_dir / "generator")
+                  if name == "generator" else TFElectraForPreTraining.from_pretrained(model_dir)
+                  for name in ("generator", "discriminator")}
+
+    # The checkpoint holds both networks: restored into new ones, each has the weights saved at that step.
+    config = ElectraConfig.from_pretrained(model_dir / "checkpoints" / "config")
+    trainer = ElectraTrainer(*build_pair(config))
+    # The optimizer of the run: AdamWeightDecay, whose state the checkpoint holds.
+    trainer.compile(optimizer=create_optimizer(init_lr=1e-3, num_train_steps=8, num_warmup_steps=1,
+                                               weight_decay_rate=1e-3)[0])
+    restore_last_checkpoint(argparse.Namespace(output_dir=str(model_dir), overwrite=False), trainer, False)
+    assert int(trainer.optimizer.iterations.numpy()) == 4
+    # Adam's moments of every variable of both, the shared ones once, came back too.
+    assert all(np.abs(trainer.optimizer.get_slot(variable, "m").numpy()).max() > 0
+               for variable in trainer.trained_variables)
+    for name in ("generator", "discriminator"):
+        saved = {strip(w.name): w.numpy() for w in saved_at_4[name].weights}
+        restored = {strip(w.name): w.numpy() for w in getattr(trainer, name).weights}
+        assert saved.keys() == restored.keys()
+        assert all(np.array_equal(saved[key], restored[key]) for key in saved), name
+
+    # The same command with more steps resumes from step 4, both networks with it.
+    second = run_main("run_mlm.py", *electra_args(shards_dir, tokenizer_dir, electra_config_dir, model_dir, 8))
+    assert f"Resuming from {model_dir}/checkpoints/ckpt-4, at step 4" in second.stderr
+    assert "Steps 5 to 8 of 8" in second.stderr
+    results = json.loads((model_dir / "training_results.json").read_text())
+    assert results["saved_model_step"] == 8
+    final, before = results["final_eval"], results["step_0_eval"]
+    assert set(final) >= {"loss", "generator_loss", "generator_accuracy", "discriminator_loss",
+                          "discriminator_accuracy", "replaced_accuracy", "original_accuracy", "replaced_share"}
+    assert 0 < final["replaced_share"] < 0.15  # At most the 15 % masked, less those sampled as the original.
+    assert final["discriminator_loss"] < before["discriminator_loss"]
+    assert final["loss"] == pytest.approx(final["generator_loss"] + 50 * final["discriminator_loss"], rel=0.05)
+
+    # What a user keeps: the discriminator, and beside it the generator, a fill-mask model of its own, their
+    # embeddings the same; each with a PyTorch copy whose weights load back into the same model.
+    assert json.loads((model_dir / "config.json").read_text())["architectures"] == ["ElectraForPreTraining"]
+    assert json.loads((model_dir / "generator" / "config.json").read_text())["architectures"] == \
+        ["ElectraForMaskedLM"]
+    assert "replaced-token detection" in (model_dir / "README.md").read_text()
+    discriminator = TFElectraForPreTraining.from_pretrained(model_dir)
+    generator = TFElectraForMaskedLM.from_pretrained(model_dir / "generator")
+    assert np.array_equal(discriminator.get_input_embeddings().weight.numpy(),
+                          generator.get_input_embeddings().weight.numpy())
+    inputs = dict(input_ids=tf.constant([[3, 40, 50, 60, 4]]), attention_mask=tf.ones([1, 5], tf.int32))
+    for model, folder in ((discriminator, model_dir), (generator, model_dir / "generator")):
+        copy = type(model)(model.config)
+        copy.build_in_name_scope()
+        load_pytorch_weights(copy, [str(folder / "pytorch" / "model.safetensors")], str(folder))
+        assert np.allclose(copy(**inputs).logits, model(**inputs).logits, atol=1e-5)
+    from transformers import pipeline
+
+    predictions = pipeline("fill-mask", model=str(model_dir / "generator"), framework="tf", dtype=None)(
+        "The game was released in <mask> .")
+    assert len(predictions) == 5
+
+    # export_model.py makes the discriminator of the last checkpoint, step 8: the saved one.
+    exported = tmp_path / "exported"
+    run_main("export_model.py", model_dir / "checkpoints", "--output_dir", exported)
+    assert json.loads((exported / "config.json").read_text())["architectures"] == ["ElectraForPreTraining"]
+    assert np.allclose(TFElectraForPreTraining.from_pretrained(exported)(**inputs).logits,
+                       discriminator(**inputs).logits)
+
+    # The discriminator fine-tunes as a classifier.
+    classifier_dir = tmp_path / "classifier"
+    run_main("run_classification.py", "--model_name_or_path", model_dir, "--train_file", BANKING77 / "train.csv",
+             "--test_file", BANKING77 / "test.csv", "--label_column", "category", "--max_length", 32,
+             "--per_replica_batch_size", 8, "--num_epochs", 1, "--no_tpu", "--output_dir", classifier_dir)
+    assert json.loads((classifier_dir / "eval_results.json").read_text())["test"]["num_examples"] > 0
+
+
+def strip(name):
+    """A weight's name less its model's own (tf_electra_for_masked_lm/electra/... -> electra/...)."""
+    return name.split("/", 1)[1]
+
+
+def test_electra_needs_an_electra_config(shards_dir, tokenizer_dir, tiny_config_dir, tmp_path):
+    result = run_main("run_mlm.py", *tiny_mlm_args(shards_dir, tokenizer_dir, tiny_config_dir, tmp_path / "m"),
+                      "--objective", "electra", "--max_steps", 2, expect_failure=True)
+    assert "--objective electra trains an ELECTRA discriminator and generator, but" in result.stderr
+    assert "is a roberta config" in result.stderr
