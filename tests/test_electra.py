@@ -12,7 +12,7 @@ from transformers import ElectraConfig, TFElectraForMaskedLM, TFElectraForPreTra
 
 from devices import electra_training_flops_per_token
 from electra import ElectraTrainer, generator_config, replace_tokens
-from helpers import MAX_LENGTH, REPO, run_main, tiny_mlm_args
+from helpers import MAX_LENGTH, REPO, run_main, run_script, tiny_mlm_args
 from masked_lm import mask_tokens
 
 BANKING77 = REPO / "tests" / "data" / "banking77"
@@ -91,6 +91,29 @@ def test_the_shared_embeddings_are_one_variable_each_with_one_gradient():
     assert sums["masked_count"] == sums_count(batch) and sums["token_count"] == 64
 
 
+def test_the_step_compiled_with_xla_computes_the_same_gradients():
+    # Without dropout, the same batch gives the same gradients, with two micro-batches, compiled or not. XLA draws
+    # other random numbers from the same seed, so the generator's output bias all but fixes its samples: the
+    # original token of a masked position, which is then labelled original, and another token elsewhere.
+    config = ElectraConfig(vocab_size=50, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **TINY)
+    discriminator, generator = build_pair(config)
+    batch = mask_tokens(tf.random.stateless_uniform([4, 16], [7, 8], minval=3, maxval=50, dtype=tf.int32),
+                        tf.constant([1, 2], tf.int64), mask_token_id=2, special_token_ids=[0, 1, 2], vocab_size=50,
+                        mlm_probability=0.3, max_predictions=8, mask_share=0.85, random_share=0.0)
+    batch["attention_mask"] = tf.ones([4, 16], tf.int32)
+    token = int(tf.boolean_mask(batch["labels"], batch["labels"] != -100)[0])  # The original of a masked position.
+    generator.generator_lm_head.bias.assign(tf.one_hot(token, 50) * 100)
+    plain = ElectraTrainer(discriminator, generator, gradient_accumulation_steps=2)
+    compiled = ElectraTrainer(discriminator, generator, gradient_accumulation_steps=2, jit_compile=True)
+    counts, seed = tf.constant([sums_count(batch), 64.0]), tf.constant([3, 4], tf.int64)
+    expected, expected_sums = plain.compute_gradients(batch, counts, seed)
+    gradients, sums = compiled.compute_gradients(batch, counts, seed)
+    assert all(np.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(expected, gradients))
+    assert 0 < expected_sums["replaced_count"] < expected_sums["masked_count"]
+    assert {name: float(value) for name, value in sums.items()} == pytest.approx(
+        {name: float(value) for name, value in expected_sums.items()}, rel=1e-4)
+
+
 def sums_count(batch):
     return float(tf.reduce_sum(tf.cast(batch["labels"] != -100, tf.float32)))
 
@@ -127,10 +150,10 @@ def electra_config_dir(tmp_path_factory):
     return config_dir
 
 
-def electra_args(shards_dir, tokenizer_dir, config_dir, output_dir, max_steps):
+def electra_args(shards_dir, tokenizer_dir, config_dir, output_dir, max_steps, evaluate=True):
     return [*tiny_mlm_args(shards_dir, tokenizer_dir, config_dir, output_dir), "--objective", "electra",
-            "--eval_dataset", shards_dir / "validation", "--max_steps", max_steps, "--eval_every_steps", 4,
-            "--checkpoint_every_steps", 4]
+            *(["--eval_dataset", shards_dir / "validation"] if evaluate else []), "--max_steps", max_steps,
+            "--eval_every_steps", 4, "--checkpoint_every_steps", 4]
 
 
 def test_electra_run_resumes_saves_both_networks_exports_and_fine_tunes(shards_dir, tokenizer_dir, electra_config_dir,
@@ -212,6 +235,24 @@ def test_electra_run_resumes_saves_both_networks_exports_and_fine_tunes(shards_d
              "--test_file", BANKING77 / "test.csv", "--label_column", "category", "--max_length", 32,
              "--per_replica_batch_size", 8, "--num_epochs", 1, "--no_tpu", "--output_dir", classifier_dir)
     assert json.loads((classifier_dir / "eval_results.json").read_text())["test"]["num_examples"] > 0
+
+
+def test_two_cpu_replicas_with_gradient_accumulation_and_bfloat16(shards_dir, tokenizer_dir, electra_config_dir,
+                                                                  tmp_path):
+    # The counts and losses all-reduced across replicas, the micro-batches, bfloat16. (XLA: the test above; compiling
+    # this step on a CPU takes minutes.)
+    model_dir = tmp_path / "electra"
+    result = run_script("run_mlm.py", *electra_args(shards_dir, tokenizer_dir, electra_config_dir, model_dir, 3, evaluate=False),
+                        "--num_cpu_replicas", 2, "--gradient_accumulation_steps", 2, "--bfloat16")
+    assert "MirroredStrategy with 2 replica(s) on 1 host(s); global batch 32 (8 per replica x 2 replicas x 2 " \
+           "accumulation steps); XLA off; bfloat16 mixed precision" in result.stderr
+    results = json.loads((model_dir / "training_results.json").read_text())
+    assert results["step"] == 3 and results["saved_model_step"] == 3
+    final = results["final_train"]  # The last step's metrics.
+    assert all(np.isfinite(value) and value >= 0 for value in final.values()), final
+    assert 0 < final["replaced_share"] < 0.15 and 0 < final["discriminator_accuracy"] <= 1
+    # The loss is the generator's plus 50 times the discriminator's, whatever the replicas and micro-batches.
+    assert final["loss"] == pytest.approx(final["generator_loss"] + 50 * final["discriminator_loss"], rel=0.05)
 
 
 def strip(name):
