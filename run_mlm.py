@@ -7,6 +7,8 @@ trains with Keras `model.fit` under a tf.distribute strategy: TPUStrategy on a T
 found in sysfs) or a TPU Node or pod slice (--tpu_name); MultiWorkerMirroredStrategy when TF_CONFIG describes a
 cluster; MirroredStrategy over several GPUs (or --num_cpu_replicas CPU devices); TensorFlow's default on one. The
 training step, the input pipeline and the masking are in masked_lm.py, the file to copy into your own program.
+With --objective electra, ELECTRA's replaced-token detection (electra.py) trains a discriminator, the model saved,
+and a smaller generator beside it, from an ELECTRA config or continuing such a pair.
 
 Training runs in rounds of --eval_every_steps, each ending with an evaluation: metrics at the masked positions
 (loss, masked_accuracy, perplexity, and against a table of token frequencies) to the log, TensorBoard
@@ -315,9 +317,19 @@ def refuse_a_tokenizer_not_the_models(args, config, tokenizer):
 
 def generator_config(args, config):
     """The config of ELECTRA's generator (electra.generator_config), a --generator_hidden_size fraction of the
-    discriminator's `config`."""
+    discriminator's `config`; or, continuing a model (--model_name_or_path), that of the generator saved beside it,
+    with the same dropout overrides."""
     from electra import generator_config as scaled_config
 
+    if args.model_name_or_path:
+        folder = os.path.join(args.model_name_or_path, ELECTRA_GENERATOR)
+        generator = load_config(folder, "--model_name_or_path", "--objective electra continues a discriminator "
+                                "and the generator saved beside it, in its generator/ folder, as run_mlm.py "
+                                "--objective electra saves them. Pass such a folder, or train a new pair from a "
+                                "config (--pretrained_model_config).")
+        if args.config_overrides:  # Dropout only: model_config checked them.
+            generator.update_from_string(args.config_overrides)
+        return generator
     try:
         return scaled_config(config, args.generator_hidden_size)
     except ValueError as err:
@@ -326,15 +338,22 @@ def generator_config(args, config):
 
 def build_trainer(args, config, tokenizer, plan, jit_compile, train_files, generator_config=None):
     """The model (new, or that of --model_name_or_path) in a compiled MaskedLMTrainer, and its learning-rate
-    schedule; or, with `generator_config` (--objective electra), a new ELECTRA discriminator and generator in an
-    ElectraTrainer. Call it in the strategy's scope. The token counts beside the shards give the frequency baseline,
-    and (--output_bias) a new model's (or generator's) starting output bias: a loaded one keeps its own."""
+    schedule; or, with `generator_config` (--objective electra), an ELECTRA discriminator and generator (new, or those
+    of --model_name_or_path) in an ElectraTrainer. Call it in the strategy's scope. The token counts beside the
+    shards give the frequency baseline, and (--output_bias) a new model's (or generator's) starting output bias: a
+    loaded one keeps its own."""
     from transformers import TFAutoModelForMaskedLM, TFElectraForMaskedLM, TFElectraForPreTraining, create_optimizer
 
     from electra import ElectraTrainer
     from masked_lm import MaskedLMTrainer, frequency_log_probs, start_from_token_frequencies
 
-    if generator_config is not None:  # Both built, then ElectraTrainer makes the generator read the shared embeddings.
+    if generator_config is not None and args.model_name_or_path:
+        # The generator's own copy of the embeddings is dropped: ElectraTrainer has it read the discriminator's.
+        mlm = load_pretrained_model(TFElectraForPreTraining, args.model_name_or_path, "--model_name_or_path", config)
+        generator = load_pretrained_model(TFElectraForMaskedLM, os.path.join(args.model_name_or_path,
+                                                                             ELECTRA_GENERATOR),
+                                          "--model_name_or_path", generator_config)
+    elif generator_config is not None:  # Both built; ElectraTrainer then has the generator read the shared embeddings.
         mlm, generator = TFElectraForPreTraining(config), TFElectraForMaskedLM(generator_config)
         mlm.build_in_name_scope()
         generator.build_in_name_scope()
@@ -499,9 +518,9 @@ def save_model(args, trainer, tokenizer, config, results, plan):
     metrics = "\n".join(f"| {name} | {value:.4f} |" for name, value in results.get("final_eval", {}).items())
     origin = (f"continued from `{args.model_name_or_path}`" if args.model_name_or_path
               else f"`{args.pretrained_model_config}` from scratch")
-    what = (f"An ELECTRA discriminator pre-trained by replaced-token detection (`--objective electra`, a generator of "
-            f"{args.generator_hidden_size} of its hidden size, saved in `{ELECTRA_GENERATOR}/` as a fill-mask model; "
-            f"discriminator weight {args.discriminator_weight})" if electra
+    what = (f"An ELECTRA discriminator pre-trained by replaced-token detection (`--objective electra`, a generator "
+            f"of hidden size {trainer.generator.config.hidden_size}, saved in `{ELECTRA_GENERATOR}/` as a fill-mask "
+            f"model; discriminator weight {args.discriminator_weight})" if electra
             else f"A {config.model_type} masked language model pre-trained")
     description = f"""{what} with TensorFlow (`run_mlm.py` of a TF + 🤗 Transformers TPU pre-training pipeline),
 {origin}.
@@ -598,8 +617,8 @@ def parse_args():
                             "(with --model_name_or_path, dropout only).")
     model.add_argument("--objective", choices=["mlm", "electra"], default="mlm",
                        help="What trains: masked-LM, or ELECTRA's replaced-token detection, a discriminator (the "
-                            "model saved) and a smaller generator (saved in generator/), with an ELECTRA config "
-                            "from scratch (default: %(default)s).")
+                            "model saved) and a smaller generator (saved in generator/), from an ELECTRA config, or "
+                            "continuing such a pair (--model_name_or_path) (default: %(default)s).")
     model.add_argument("--generator_hidden_size", type=positive_float, default=0.25,
                        help="ELECTRA's generator: its hidden size, feed-forward size and attention heads as a "
                             "fraction of the discriminator's (default: %(default)s).")
@@ -655,9 +674,6 @@ def parse_args():
         parser.error(f"--max_length must be at least {MIN_MAX_LENGTH}, got {args.max_length}: shorter samples leave "
                      "too few tokens to mask, with too little context. Write shards of 128 tokens, or at least "
                      f"{MIN_MAX_LENGTH}, with prepare_tfrecord_shards.py.")
-    if args.objective == "electra" and args.model_name_or_path:
-        parser.error("--objective electra trains a new discriminator and generator from a config "
-                     "(--pretrained_model_config); continuing a saved ELECTRA model is not supported yet.")
     if args.generator_hidden_size > 1:
         parser.error(f"--generator_hidden_size is a fraction of the discriminator's hidden size, at most 1, got "
                      f"{args.generator_hidden_size}.")

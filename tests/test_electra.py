@@ -229,6 +229,21 @@ def test_electra_run_resumes_saves_both_networks_exports_and_fine_tunes(shards_d
     assert np.allclose(TFElectraForPreTraining.from_pretrained(exported)(**inputs).logits,
                        discriminator(**inputs).logits)
 
+    # Pre-training continues from the saved pair: before its first step, it evaluates as the run it continues ended.
+    continued = tmp_path / "continued"
+    run_main("run_mlm.py", "--model_name_or_path", model_dir, "--objective", "electra", "--train_dataset",
+             shards_dir / "train", "--eval_dataset", shards_dir / "validation", "--max_length", MAX_LENGTH,
+             "--per_replica_batch_size", 8, "--max_steps", 3, "--warmup_steps", 1, "--input_check_seconds", 0,
+             "--no_tpu", "--output_dir", continued)
+    continued_results = json.loads((continued / "training_results.json").read_text())
+    assert continued_results["step_0_eval"] == pytest.approx(final, rel=1e-4)
+    assert (continued / "generator" / "tf_model.h5").exists()
+    # A discriminator without its generator (the exported folder) cannot continue: said before anything is built.
+    refused = run_main("run_mlm.py", "--model_name_or_path", exported, "--objective", "electra", "--train_dataset",
+                       shards_dir / "train", "--max_length", MAX_LENGTH, "--no_tpu", "--output_dir",
+                       tmp_path / "refused", expect_failure=True)
+    assert "continues a discriminator and the generator saved beside it, in its generator/ folder" in refused.stderr
+
     # The discriminator fine-tunes as a classifier.
     classifier_dir = tmp_path / "classifier"
     run_main("run_classification.py", "--model_name_or_path", model_dir, "--train_file", BANKING77 / "train.csv",
@@ -242,7 +257,8 @@ def test_two_cpu_replicas_with_gradient_accumulation_and_bfloat16(shards_dir, to
     # The counts and losses all-reduced across replicas, the micro-batches, bfloat16. (XLA: the test above; compiling
     # this step on a CPU takes minutes.)
     model_dir = tmp_path / "electra"
-    result = run_script("run_mlm.py", *electra_args(shards_dir, tokenizer_dir, electra_config_dir, model_dir, 3, evaluate=False),
+    args = electra_args(shards_dir, tokenizer_dir, electra_config_dir, model_dir, 3, evaluate=False)
+    result = run_script("run_mlm.py", *args,
                         "--num_cpu_replicas", 2, "--gradient_accumulation_steps", 2, "--bfloat16")
     assert "MirroredStrategy with 2 replica(s) on 1 host(s); global batch 32 (8 per replica x 2 replicas x 2 " \
            "accumulation steps); XLA off; bfloat16 mixed precision" in result.stderr
