@@ -355,7 +355,7 @@ def classification_config(args, label_names, tokenizer):
     # ForPreTraining: an ELECTRA discriminator (run_mlm.py --objective electra).
     if not any(name.endswith(("ForMaskedLM", "ForPreTraining", "ForSequenceClassification")) for name in architectures):
         raise UserError(f"{args.model_name_or_path!r} holds a {architectures or config.model_type} model, "
-                        f"not a masked-LM, ELECTRA discriminator or sequence-classification model. "
+                        f"not a masked-LM or sequence-classification model (nor an ELECTRA discriminator). "
                         f"{PASS_A_MODEL_FOLDER}")
     label2id = {label: i for i, label in enumerate(label_names)}
     is_classifier = any(name.endswith("ForSequenceClassification") for name in architectures)

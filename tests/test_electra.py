@@ -62,6 +62,16 @@ def test_a_sampled_original_token_is_labelled_original():
     assert not differs[~chosen.numpy()].any()  # Only chosen positions change...
     assert 0.2 < differs[chosen.numpy()].mean() < 0.9  # ... about two thirds of them: the rest sampled the original.
 
+    # Whole words and spans take the same replacement: <mask> or the token itself.
+    word_starts = np.array([True, True, True, False, True])
+    for spans in (False, True):
+        words = mask_tokens(original, tf.constant([5, 6], tf.int64), mask_token_id=mask, special_token_ids=[0, mask],
+                            vocab_size=5, mlm_probability=0.3, max_predictions=24, word_starts=word_starts,
+                            spans=spans, mask_share=0.85, random_share=0.0)
+        chosen = words["labels"] != -100
+        assert tf.reduce_any(chosen & (words["input_ids"] == mask))
+        assert tf.reduce_all((words["input_ids"] == original) | (chosen & (words["input_ids"] == mask)))
+
 
 def test_the_shared_embeddings_are_one_variable_each_with_one_gradient():
     discriminator, generator = build_pair(ElectraConfig(vocab_size=50, **TINY))
