@@ -18,7 +18,8 @@ In your own program, under any tf.distribute strategy's scope:
 
     discriminator = TFElectraForPreTraining(config)
     generator = TFElectraForMaskedLM(generator_config(config, 0.25))
-    discriminator.build_in_name_scope(), generator.build_in_name_scope()
+    discriminator.build_in_name_scope()  # The weights now: Keras looks for them before the first step.
+    generator.build_in_name_scope()
     trainer = ElectraTrainer(discriminator, generator)  # Shares the embeddings.
     trainer.compile(optimizer=keras.optimizers.Adam(2e-4))
     trainer.fit(data, steps_per_epoch=1000)  # masked_lm.make_dataset's batches, with "masked_positions".

@@ -532,7 +532,7 @@ def save_model(args, trainer, tokenizer, config, results, plan):
 - Steps: {step} at a global batch of {plan.global_batch_size} samples ({results['num_replicas']} replicas),
   learning rate {args.learning_rate}, weight decay {args.weight_decay_rate}
 
-## Final evaluation
+## Final evaluation{'' if electra else ' (masked positions only)'}
 
 {ELECTRA_METRICS if electra else MLM_METRICS}
 
@@ -561,10 +561,10 @@ def save_model(args, trainer, tokenizer, config, results, plan):
 # Where an ELECTRA run saves its generator, inside --output_dir (and inside the checkpoints' config folder).
 ELECTRA_GENERATOR = "generator"
 
-MLM_METRICS = """Masked positions only: `loss`, `perplexity` and `masked_accuracy` cover every position chosen for
-prediction; the `..._at_mask` metrics only those whose input was `<mask>`, for the model and for a table of the
-training tokens' frequencies (`frequency_...`); `nats_beyond_frequency` is how much lower the model's cross-entropy
-is there than the table's."""
+MLM_METRICS = """\
+`loss`, `perplexity` and `masked_accuracy` cover every position chosen for prediction; the `..._at_mask` metrics
+only those whose input was `<mask>`, for the model and for a table of the training tokens' frequencies
+(`frequency_...`); `nats_beyond_frequency` is how much lower the model's cross-entropy is there than the table's."""
 ELECTRA_METRICS = """The generator's `generator_loss` and `generator_accuracy` at the masked positions; the
 discriminator's `discriminator_loss` and `discriminator_accuracy` over every real token, its accuracy on the tokens
 the generator replaced (`replaced_accuracy`) and on the others (`original_accuracy`); `replaced_share`, the share of
