@@ -131,8 +131,8 @@ class ElectraTrainer(keras.Model):
     @tf.autograph.experimental.do_not_convert
     def train_step(self, batch):
         counts = self._global_counts(batch)
-        # A seed per step and replica (and micro-batch, in compute_gradients): a resumed run samples as the
-        # interrupted one would have.
+        # A seed per step and replica (and micro-batch, in compute_gradients), from the step counter that checkpoints
+        # keep: no random state to save, and every step samples anew.
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
         seed = tf.random.experimental.stateless_fold_in(
             tf.stack([tf.cast(self.seed, tf.int64), tf.cast(self.optimizer.iterations, tf.int64)]),
