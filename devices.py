@@ -263,15 +263,33 @@ def training_flops_per_token(config, max_length, max_predictions):
     layer norms, activations, softmaxes and the optimizer update are left out: a few percent. DeBERTa's
     relative-position attention and ConvBERT's convolutions are counted as BERT's attention: roughly.
     """
-    hidden, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
+    hidden, embedding = config.hidden_size, embedding_size(config)
+    head = (max_predictions or max_length) / max_length * (hidden * embedding + embedding * config.vocab_size)
+    return 6 * (encoder_multiply_adds(config, max_length) + head)
+
+
+def electra_training_flops_per_token(config, generator_config, max_length, max_predictions):
+    """training_flops_per_token for ELECTRA's replaced-token detection: the generator's, a masked LM with its head at
+    `max_predictions` positions, plus the discriminator's encoder and its head, which runs at every position: a
+    dense layer h x h, then h x 1 for the one logit. The Gumbel sampling is left out with the softmaxes."""
+    hidden = config.hidden_size
+    discriminator = encoder_multiply_adds(config, max_length) + hidden**2 + hidden
+    return training_flops_per_token(generator_config, max_length, max_predictions) + 6 * discriminator
+
+
+def embedding_size(config):
+    """ALBERT, ELECTRA and ConvBERT embed in a smaller size e, projected to h for every token; the LM head's dense
+    layer maps h to e before the vocabulary projection."""
+    return getattr(config, "embedding_size", None) or config.hidden_size
+
+
+def encoder_multiply_adds(config, max_length):
+    """Multiply-adds of the forward pass per token from the embeddings to the last layer (training_flops_per_token)."""
+    hidden, embedding = config.hidden_size, embedding_size(config)
     feed_forward = getattr(config, "intermediate_size", None) or config.hidden_dim  # DistilBERT's name for it.
-    # ALBERT, ELECTRA and ConvBERT embed in a smaller size e: projected to h for every token, and the head's dense
-    # layer maps h to e before the vocabulary projection.
-    embedding = getattr(config, "embedding_size", None) or hidden
     projection = hidden * embedding if embedding != hidden else 0
     per_layer = 4 * hidden**2 + 2 * hidden * feed_forward + 2 * max_length * hidden
-    head = (max_predictions or max_length) / max_length * (hidden * embedding + embedding * vocab)
-    return 6 * (projection + layers * per_layer + head)
+    return projection + config.num_hidden_layers * per_layer
 
 
 def model_flops_utilization(flops_per_second, peak_flops):
@@ -293,8 +311,12 @@ class Throughput:
     input_samples_per_second: float | None = None  # One host's input pipeline alone: check_input_pipeline.
 
     @classmethod
-    def of(cls, args, config, plan, strategy, on_tpu):
-        return cls(training_flops_per_token(config, args.max_length, args.max_predictions_per_seq),
+    def of(cls, args, config, plan, strategy, on_tpu, generator_config=None):
+        """The figures of a masked-LM run, or (with `generator_config`) of an ELECTRA one."""
+        flops_per_token = training_flops_per_token(config, args.max_length, args.max_predictions_per_seq) \
+            if generator_config is None else electra_training_flops_per_token(
+                config, generator_config, args.max_length, args.max_predictions_per_seq)
+        return cls(flops_per_token,
                    plan.global_batch_size * args.max_length, plan.global_batch_size, plan.num_hosts,
                    *peak_flops(strategy, on_tpu, args.bfloat16))
 

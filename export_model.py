@@ -90,10 +90,10 @@ def from_model_folder(source):
 
 
 def from_last_checkpoint(source):
-    """(write, origin) for a run_mlm.py run: the model of its last checkpoint, with the config and tokenizer beside
-    it, and a PyTorch copy."""
+    """(write, origin) for a run_mlm.py run: the model of its last checkpoint (an ELECTRA run's discriminator; not
+    its generator), with the config and tokenizer beside it, and a PyTorch copy."""
     import tensorflow as tf
-    from transformers import TFAutoModelForMaskedLM
+    from transformers import TFAutoModelForMaskedLM, TFElectraForPreTraining
 
     from run_folder import check_checkpoint, last_checkpoint  # Here: it imports TensorFlow.
 
@@ -114,7 +114,10 @@ def from_last_checkpoint(source):
                         "(Ctrl-C) or let it finish.")
     check_checkpoint(checkpoint, checkpoint_dir)
     tokenizer = load_tokenizer(config_dir, "SOURCE", PASS_A_MODEL_FOLDER)
-    model = TFAutoModelForMaskedLM.from_config(load_config(config_dir, "SOURCE", PASS_A_MODEL_FOLDER))
+    # A run of --objective electra keeps its generator's config in generator/: its model is the discriminator.
+    is_electra = tf.io.gfile.exists(os.path.join(config_dir, "generator", "config.json"))
+    model = (TFElectraForPreTraining if is_electra else TFAutoModelForMaskedLM).from_config(
+        load_config(config_dir, "SOURCE", PASS_A_MODEL_FOLDER))
     model.build_in_name_scope()
     # The checkpoint also holds the optimizer's state, which a model does not need.
     status = tf.train.Checkpoint(model=model).restore(checkpoint).expect_partial()

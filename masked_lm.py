@@ -237,11 +237,12 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
 
 
 def mask_tokens(input_ids, seed, *, mask_token_id, special_token_ids, vocab_size, mlm_probability,
-                max_predictions=0, word_starts=None, spans=False):
+                max_predictions=0, word_starts=None, spans=False, mask_share=0.8, random_share=0.1):
     """Masks a batch of token ids [batch, length]: a dict of "input_ids", "labels" (and "masked_positions").
 
     Each token that is not special is chosen with probability `mlm_probability`; of those, 80 % become
-    `mask_token_id`, 10 % a random token, 10 % stay. "labels" hold the original id where chosen, -100 elsewhere.
+    `mask_token_id`, 10 % a random token, 10 % stay (`mask_share` and `random_share`: ELECTRA's are 0.85 and 0).
+    "labels" hold the original id where chosen, -100 elsewhere.
     With `word_starts` (word_start_table), whole words are chosen instead (choose_words), and with `spans`,
     SpanBERT's spans of words. With `max_predictions` K > 0, at most K positions per sequence are chosen (the
     lowest draws; whole words), and "masked_positions" [batch, K] lists them, padded with unchosen ones: the LM head
@@ -268,8 +269,9 @@ def mask_tokens(input_ids, seed, *, mask_token_id, special_token_ids, vocab_size
             batch["masked_positions"] = lowest.indices
         replace_draw = tf.random.stateless_uniform(shape, replace_seed)
     random_ids = tf.random.stateless_uniform(shape, random_seed, maxval=vocab_size, dtype=input_ids.dtype)
-    masked_ids = tf.where(chosen & (replace_draw < 0.8), tf.cast(mask_token_id, input_ids.dtype), input_ids)
-    batch["input_ids"] = tf.where(chosen & (replace_draw >= 0.8) & (replace_draw < 0.9), random_ids, masked_ids)
+    masked_ids = tf.where(chosen & (replace_draw < mask_share), tf.cast(mask_token_id, input_ids.dtype), input_ids)
+    is_random = chosen & (replace_draw >= mask_share) & (replace_draw < mask_share + random_share)
+    batch["input_ids"] = tf.where(is_random, random_ids, masked_ids)
     batch["labels"] = tf.where(chosen, input_ids, tf.constant(-100, input_ids.dtype))
     return batch
 

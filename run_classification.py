@@ -352,9 +352,11 @@ def classification_config(args, label_names, tokenizer):
     """The model's config with the label set of the data, after checking that the model can be fine-tuned here."""
     config = load_config(args.model_name_or_path, "--model_name_or_path", PASS_A_MODEL_FOLDER)
     architectures = config.architectures or []
-    if not any(name.endswith(("ForMaskedLM", "ForSequenceClassification")) for name in architectures):
+    # ForPreTraining: an ELECTRA discriminator (run_mlm.py --objective electra).
+    if not any(name.endswith(("ForMaskedLM", "ForPreTraining", "ForSequenceClassification")) for name in architectures):
         raise UserError(f"{args.model_name_or_path!r} holds a {architectures or config.model_type} model, "
-                        f"not a masked-LM or sequence-classification model. {PASS_A_MODEL_FOLDER}")
+                        f"not a masked-LM or sequence-classification model (nor an ELECTRA discriminator). "
+                        f"{PASS_A_MODEL_FOLDER}")
     label2id = {label: i for i, label in enumerate(label_names)}
     is_classifier = any(name.endswith("ForSequenceClassification") for name in architectures)
     if is_classifier and not args.from_scratch and config.label2id != label2id:

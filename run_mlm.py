@@ -7,6 +7,8 @@ trains with Keras `model.fit` under a tf.distribute strategy: TPUStrategy on a T
 found in sysfs) or a TPU Node or pod slice (--tpu_name); MultiWorkerMirroredStrategy when TF_CONFIG describes a
 cluster; MirroredStrategy over several GPUs (or --num_cpu_replicas CPU devices); TensorFlow's default on one. The
 training step, the input pipeline and the masking are in masked_lm.py, the file to copy into your own program.
+With --objective electra, ELECTRA's replaced-token detection (electra.py) trains a discriminator, the model saved,
+and a smaller generator beside it, from an ELECTRA config or continuing such a pair.
 
 Training runs in rounds of --eval_every_steps, each ending with an evaluation: metrics at the masked positions
 (loss, masked_accuracy, perplexity, and against a table of token frequencies) to the log, TensorBoard
@@ -69,6 +71,7 @@ def main(args):
     eval_files, eval_sizes = find_shards(args.eval_dataset, args.max_length, tokenizer, args.tokenizer) \
         if args.eval_dataset else ([], [])
     config = model_config(args, tokenizer)
+    generator = generator_config(args, config) if args.objective == "electra" else None
     plan = plan_training(args, strategy, train_sizes, eval_sizes)
     if on_tpu:
         check_paths_for_pod(args, plan.num_hosts)
@@ -79,14 +82,14 @@ def main(args):
     if not check_where_the_run_starts(args, plan, results, is_chief):
         return
     if is_chief:
-        save_config(args.output_dir, config, tokenizer)
+        save_config(args.output_dir, config, tokenizer, generator)
     with strategy.scope():  # Every variable (weights, optimizer slots) is created on every replica.
-        trainer, learning_rate = build_trainer(args, config, tokenizer, plan, jit_compile, train_files)
+        trainer, learning_rate = build_trainer(args, config, tokenizer, plan, jit_compile, train_files, generator)
         checkpoints = restore_last_checkpoint(args, trainer, is_chief)
     start_step = int(trainer.optimizer.iterations.numpy())
-    throughput = Throughput.of(args, config, plan, strategy, on_tpu)
+    throughput = Throughput.of(args, config, plan, strategy, on_tpu, generator)
     logger.info("Model: %s with %.1fM parameters, %.4g MFLOP per token to train (LM head at %s); %s",
-                config.model_type, trainer.mlm.count_params() / 1e6, throughput.flops_per_token / 1e6,
+                describe_model(config, generator), count_parameters(trainer) / 1e6, throughput.flops_per_token / 1e6,
                 f"{args.max_predictions_per_seq} of {args.max_length} positions" if args.max_predictions_per_seq
                 else "every position", throughput.describe_peak())
     if start_step == 0:
@@ -116,7 +119,7 @@ def main(args):
         train(trainer, training_data, eval_data, plan, start_step, stopper, round_end)
     stopper.finish(int(trainer.optimizer.iterations.numpy()))  # Exits after a stop signal or a NaN loss.
 
-    logger.info("Weights fingerprint: %s", weights_fingerprint(trainer.mlm))  # The same on every host.
+    logger.info("Weights fingerprint: %s", weights_fingerprint(*networks(trainer)))  # The same on every host.
     warn_if_nothing_learned_from_context(results)
     if is_chief:
         save_model(args, trainer, tokenizer, config, results, plan)
@@ -171,9 +174,13 @@ def masking_arguments(args, tokenizer):
         word_starts = None if args.masking == "token" else word_start_table(tokenizer)
     except ValueError as err:  # A tokenizer whose pieces do not show where words begin.
         raise UserError(str(err)) from err
+    # ELECTRA's replacement: a chosen token becomes <mask> (85 %) or stays, never a random token: the generator
+    # is what replaces tokens.
+    shares = dict(mask_share=0.85, random_share=0.0) if args.objective == "electra" else {}
     return dict(mask_token_id=tokenizer.mask_token_id, special_token_ids=tokenizer.all_special_ids,
                 vocab_size=len(tokenizer), mlm_probability=args.mlm_probability,
-                max_predictions=args.max_predictions_per_seq, spans=args.masking == "span", word_starts=word_starts)
+                max_predictions=args.max_predictions_per_seq, spans=args.masking == "span", word_starts=word_starts,
+                **shares)
 
 
 def host_dataset(args, plan, masking, files, seed, training=True):
@@ -251,6 +258,10 @@ def model_config(args, tokenizer):
         raise UserError("DeBERTa (v1) with relative_attention=True does not train under XLA, which TPUs always use "
                         "(TensorFlow's DeBERTa: a gradient in its attention fails to compile). Use deberta-v2 "
                         "(configs/deberta-v3-base.json), or add relative_attention=False to --config_overrides.")
+    if args.objective == "electra" and config.model_type != "electra":
+        raise UserError(f"--objective electra trains an ELECTRA discriminator and generator, but "
+                        f"{start or args.pretrained_model_config!r} is a {config.model_type} config. Pass an ELECTRA "
+                        "config (model_type electra), e.g. a folder with ElectraConfig(...).save_pretrained().")
     if config.model_type not in ARCHITECTURES:
         logger.warning("%s is not among the architectures tested with this pipeline (README, \"Architectures\"): it "
                        "may fail at its first step, and it gets no PyTorch copy.", config.model_type)
@@ -304,15 +315,49 @@ def refuse_a_tokenizer_not_the_models(args, config, tokenizer):
         f"the model's tokenizer: prepare_tfrecord_shards.py --tokenizer_name_or_path {start} ...")
 
 
-def build_trainer(args, config, tokenizer, plan, jit_compile, train_files):
-    """The model (new, or that of --model_name_or_path) in a compiled MaskedLMTrainer, and its learning-rate
-    schedule. Call it in the strategy's scope. The token counts beside the shards give the frequency baseline, and
-    (--output_bias) a new model's starting output bias: a loaded one keeps its own."""
-    from transformers import TFAutoModelForMaskedLM, create_optimizer
-
-    from masked_lm import MaskedLMTrainer, frequency_log_probs, start_from_token_frequencies
+def generator_config(args, config):
+    """The config of ELECTRA's generator (electra.generator_config), a --generator_hidden_size fraction of the
+    discriminator's `config`; or, continuing a model (--model_name_or_path), that of the generator saved beside it,
+    with the same dropout overrides."""
+    from electra import generator_config as scaled_config
 
     if args.model_name_or_path:
+        folder = os.path.join(args.model_name_or_path, ELECTRA_GENERATOR)
+        generator = load_config(folder, "--model_name_or_path", "--objective electra continues a discriminator "
+                                "and the generator saved beside it, in its generator/ folder, as run_mlm.py "
+                                "--objective electra saves them. Pass such a folder, or train a new pair from a "
+                                "config (--pretrained_model_config).")
+        if args.config_overrides:  # Dropout only: model_config checked them.
+            generator.update_from_string(args.config_overrides)
+        return generator
+    try:
+        return scaled_config(config, args.generator_hidden_size)
+    except ValueError as err:
+        raise UserError(f"bad --generator_hidden_size {args.generator_hidden_size}: {err}.") from err
+
+
+def build_trainer(args, config, tokenizer, plan, jit_compile, train_files, generator_config=None):
+    """The model (new, or that of --model_name_or_path) in a compiled MaskedLMTrainer, and its learning-rate
+    schedule; or, with `generator_config` (--objective electra), an ELECTRA discriminator and generator (new, or those
+    of --model_name_or_path) in an ElectraTrainer. Call it in the strategy's scope. The token counts beside the
+    shards give the frequency baseline, and (--output_bias) a new model's (or generator's) starting output bias: a
+    loaded one keeps its own."""
+    from transformers import TFAutoModelForMaskedLM, TFElectraForMaskedLM, TFElectraForPreTraining, create_optimizer
+
+    from electra import ElectraTrainer
+    from masked_lm import MaskedLMTrainer, frequency_log_probs, start_from_token_frequencies
+
+    if generator_config is not None and args.model_name_or_path:
+        # The generator's own copy of the embeddings is dropped: ElectraTrainer has it read the discriminator's.
+        mlm = load_pretrained_model(TFElectraForPreTraining, args.model_name_or_path, "--model_name_or_path", config)
+        generator = load_pretrained_model(TFElectraForMaskedLM, os.path.join(args.model_name_or_path,
+                                                                             ELECTRA_GENERATOR),
+                                          "--model_name_or_path", generator_config)
+    elif generator_config is not None:  # Both built; ElectraTrainer then has the generator read the shared embeddings.
+        mlm, generator = TFElectraForPreTraining(config), TFElectraForMaskedLM(generator_config)
+        mlm.build_in_name_scope()
+        generator.build_in_name_scope()
+    elif args.model_name_or_path:
         mlm = load_pretrained_model(TFAutoModelForMaskedLM, args.model_name_or_path, "--model_name_or_path", config)
     else:
         mlm = TFAutoModelForMaskedLM.from_config(config)
@@ -324,12 +369,17 @@ def build_trainer(args, config, tokenizer, plan, jit_compile, train_files):
     if token_counts is not None:
         frequency_table = frequency_log_probs(token_counts, tokenizer.all_special_ids)
         if args.output_bias == "frequencies" and not args.model_name_or_path:
-            start_from_token_frequencies(mlm, frequency_table)  # A checkpoint restored later replaces it.
+            # A checkpoint restored later replaces it.
+            start_from_token_frequencies(mlm if generator_config is None else generator, frequency_table)
     else:
         logger.warning("No %s beside the training shards (shards of the original example): the metrics leave out "
                        "the token-frequency baseline.", TOKEN_COUNTS_NAME)
-    trainer = MaskedLMTrainer(mlm, tokenizer.mask_token_id, args.gradient_accumulation_steps, jit_compile,
-                              frequency_log_probs=frequency_table)
+    if generator_config is not None:
+        trainer = ElectraTrainer(mlm, generator, args.discriminator_weight, args.gradient_accumulation_steps,
+                                 jit_compile, seed=args.seed)
+    else:
+        trainer = MaskedLMTrainer(mlm, tokenizer.mask_token_id, args.gradient_accumulation_steps, jit_compile,
+                                  frequency_log_probs=frequency_table)
     trainer.compile(optimizer=optimizer, steps_per_execution=args.steps_per_execution)
     return trainer, learning_rate
 
@@ -399,10 +449,33 @@ def fit_calls(start_step, total_steps, round_steps):
 # What it saves
 
 
-def weights_fingerprint(model):
+def networks(trainer):
+    """The models a trainer trains: its masked LM, or ELECTRA's discriminator and generator."""
+    return [trainer.discriminator, trainer.generator] if hasattr(trainer, "generator") else [trainer.mlm]
+
+
+def unique_weights(*models):
+    """The weights of `models`, each once: ELECTRA's discriminator and generator share their embeddings."""
+    seen = set()
+    return [weight for model in models for weight in model.weights
+            if id(weight) not in seen and not seen.add(id(weight))]
+
+
+def count_parameters(trainer):
+    return sum(int(weight.shape.num_elements()) for weight in unique_weights(*networks(trainer)))
+
+
+def describe_model(config, generator_config):
+    if generator_config is None:
+        return config.model_type
+    return (f"ELECTRA discriminator (hidden size {config.hidden_size}) and generator (hidden size "
+            f"{generator_config.hidden_size}), sharing their embeddings")
+
+
+def weights_fingerprint(*models):
     """A short hash of every weight's bytes: the hosts of a multi-host run must print the same one."""
     digest = hashlib.sha256()
-    for weight in model.weights:
+    for weight in unique_weights(*models):
         digest.update(weight.numpy().tobytes())
     return digest.hexdigest()[:16]
 
@@ -417,15 +490,18 @@ def warn_if_nothing_learned_from_context(results):
                        "worse than" if beyond < 0 else "barely better than", beyond)
 
 
-def save_config(output_dir, config, tokenizer):
+def save_config(output_dir, config, tokenizer, generator_config=None):
     """The config and tokenizer beside the checkpoints: with them, export_model.py makes a model folder of any
-    checkpoint, while the run is still going or after it was interrupted."""
+    checkpoint, while the run is still going or after it was interrupted. An ELECTRA run's generator config goes
+    into its generator/ folder: export_model.py then knows that the checkpoints hold an ELECTRA discriminator."""
     from transformers import TF_MODEL_FOR_MASKED_LM_MAPPING
 
     def write(folder):
         config.save_pretrained(folder)
         # The inputs of the masked LM that export_model.py builds of this config.
         save_tokenizer(tokenizer, folder, TF_MODEL_FOR_MASKED_LM_MAPPING.get(type(config), None))
+        if generator_config is not None:
+            generator_config.save_pretrained(os.path.join(folder, ELECTRA_GENERATOR))
 
     save_folder(os.path.join(output_dir, "checkpoints", "config"), write, "The checkpoints' config and tokenizer")
 
@@ -435,14 +511,19 @@ def save_model(args, trainer, tokenizer, config, results, plan):
     --hub_model_id); then, in training_results.json, the step it was saved at: the run is finished."""
     from run_folder import OutputDirLease
 
-    step, mlm = int(trainer.optimizer.iterations.numpy()), trainer.mlm
+    step, model = int(trainer.optimizer.iterations.numpy()), networks(trainer)[0]
+    electra = args.objective == "electra"
     results.record(step=step, model_type=config.model_type, vocab_size=config.vocab_size,
                    train_samples=plan.train_samples)
     metrics = "\n".join(f"| {name} | {value:.4f} |" for name, value in results.get("final_eval", {}).items())
     origin = (f"continued from `{args.model_name_or_path}`" if args.model_name_or_path
               else f"`{args.pretrained_model_config}` from scratch")
-    description = f"""A {config.model_type} masked language model pre-trained with TensorFlow (`run_mlm.py` of a TF + 🤗
-Transformers TPU pre-training pipeline), {origin}.
+    what = (f"An ELECTRA discriminator pre-trained by replaced-token detection (`--objective electra`, a generator "
+            f"of hidden size {trainer.generator.config.hidden_size}, saved in `{ELECTRA_GENERATOR}/` as a fill-mask "
+            f"model; discriminator weight {args.discriminator_weight})" if electra
+            else f"A {config.model_type} masked language model pre-trained")
+    description = f"""{what} with TensorFlow (`run_mlm.py` of a TF + 🤗 Transformers TPU pre-training pipeline),
+{origin}.
 
 - Training data: `{args.train_dataset}`, {plan.train_samples} samples of {args.max_length} tokens
 - Evaluation data: `{args.eval_dataset}`
@@ -451,23 +532,43 @@ Transformers TPU pre-training pipeline), {origin}.
 - Steps: {step} at a global batch of {plan.global_batch_size} samples ({results['num_replicas']} replicas),
   learning rate {args.learning_rate}, weight decay {args.weight_decay_rate}
 
-## Final evaluation (masked positions only)
+## Final evaluation{'' if electra else ' (masked positions only)'}
 
-`loss`, `perplexity` and `masked_accuracy` cover every position chosen for prediction; the `..._at_mask` metrics
-only those whose input was `<mask>`, for the model and for a table of the training tokens' frequencies
-(`frequency_...`); `nats_beyond_frequency` is how much lower the model's cross-entropy is there than the table's.
+{ELECTRA_METRICS if electra else MLM_METRICS}
 
 | metric | value |
 |---|---|
 {metrics or '| (no evaluation data) | |'}"""
 
     def write(folder):
-        save_model_folder(mlm, tokenizer, folder)
-        write_model_card(folder, args.output_dir, "fill-mask", "The capital of France is <mask>.", description)
+        save_model_folder(model, tokenizer, folder)
+        if electra:  # The discriminator has no pipeline of its own; its encoder extracts features.
+            write_model_card(folder, args.output_dir, "feature-extraction", "The capital of France is Paris.",
+                             description)
+            generator_dir = os.path.join(folder, ELECTRA_GENERATOR)
+            save_model_folder(trainer.generator, tokenizer, generator_dir)
+            write_model_card(generator_dir, args.output_dir.rstrip("/") + "-generator", "fill-mask",
+                             "The capital of France is <mask>.", "The generator of an ELECTRA run, saved with "
+                             "its discriminator (the folder above), whose embeddings it shares.")
+        else:
+            write_model_card(folder, args.output_dir, "fill-mask", "The capital of France is <mask>.", description)
 
     save_folder(args.output_dir, write, "Model, tokenizer and model card", args.hub_model_id,  # Logs go to the Hub.
                 f"Pre-trained for {step} steps", ignore_patterns=["checkpoints/*", OutputDirLease.NAME])
     results.record(saved_model_step=step)
+
+
+# Where an ELECTRA run saves its generator, inside --output_dir (and inside the checkpoints' config folder).
+ELECTRA_GENERATOR = "generator"
+
+MLM_METRICS = """\
+`loss`, `perplexity` and `masked_accuracy` cover every position chosen for prediction; the `..._at_mask` metrics
+only those whose input was `<mask>`, for the model and for a table of the training tokens' frequencies
+(`frequency_...`); `nats_beyond_frequency` is how much lower the model's cross-entropy is there than the table's."""
+ELECTRA_METRICS = """The generator's `generator_loss` and `generator_accuracy` at the masked positions; the
+discriminator's `discriminator_loss` and `discriminator_accuracy` over every real token, its accuracy on the tokens
+the generator replaced (`replaced_accuracy`) and on the others (`original_accuracy`); `replaced_share`, the share of
+tokens replaced; `loss`, the generator's loss plus the weighted discriminator's."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -514,6 +615,16 @@ def parse_args():
     model.add_argument("--config_overrides", type=config_overrides,
                        help="Changes to the config, e.g. hidden_size=256,num_hidden_layers=4,num_attention_heads=4 "
                             "(with --model_name_or_path, dropout only).")
+    model.add_argument("--objective", choices=["mlm", "electra"], default="mlm",
+                       help="What trains: masked-LM, or ELECTRA's replaced-token detection, a discriminator (the "
+                            "model saved) and a smaller generator (saved in generator/), from an ELECTRA config, or "
+                            "continuing such a pair (--model_name_or_path) (default: %(default)s).")
+    model.add_argument("--generator_hidden_size", type=positive_float, default=0.25,
+                       help="ELECTRA's generator: its hidden size, feed-forward size and attention heads as a "
+                            "fraction of the discriminator's (default: %(default)s).")
+    model.add_argument("--discriminator_weight", type=positive_float, default=50.0,
+                       help="ELECTRA: the weight of the discriminator's loss against the generator's "
+                            "(default: %(default)s).")
     model.add_argument("--output_bias", choices=["frequencies", "zeros"], default="frequencies",
                        help="The LM head's initial output bias: each token's log-frequency in the training shards "
                             "(their token_counts.json), so that the first steps need not learn it; or zeros, as 🤗 "
@@ -563,6 +674,9 @@ def parse_args():
         parser.error(f"--max_length must be at least {MIN_MAX_LENGTH}, got {args.max_length}: shorter samples leave "
                      "too few tokens to mask, with too little context. Write shards of 128 tokens, or at least "
                      f"{MIN_MAX_LENGTH}, with prepare_tfrecord_shards.py.")
+    if args.generator_hidden_size > 1:
+        parser.error(f"--generator_hidden_size is a fraction of the discriminator's hidden size, at most 1, got "
+                     f"{args.generator_hidden_size}.")
     args.tokenizer = args.tokenizer or args.model_name_or_path or "unigram-tokenizer"
     if args.max_predictions_per_seq is None:  # After the types checked --mlm_probability: a rate in (0, 1).
         from masked_lm import default_max_predictions

@@ -1,0 +1,232 @@
+"""ELECTRA's replaced-token detection (Clark et al., 2020) with Keras `model.fit`, in one file to copy into your own
+program beside masked_lm.py, the only file of this project that it imports.
+
+A small generator (a 🤗 TFElectraForMaskedLM) fills the masked positions with tokens sampled from its own
+predictions; the discriminator (a TFElectraForPreTraining, the model a user keeps) tells, at every real token,
+whether it is the original or a replacement. Both train together, on the sum of the generator's masked-LM loss and
+the discriminator's loss weighted 50, the recipe of google-research/electra:
+
+- ElectraTrainer: the training step (train_step, first), its losses and metrics, gradient accumulation, XLA;
+- share_embeddings: the generator reads the discriminator's word, position and token-type embeddings;
+- replace_tokens: the discriminator's input and labels, from the generator's logits at the masked positions;
+- generator_config: the generator's config, a fraction of the discriminator's width.
+
+Masking is masked_lm.mask_tokens' with ELECTRA's replacement: `mask_share=0.85, random_share=0.0` (a chosen
+position becomes <mask> or keeps its token, never a random one). Everything per batch obeys XLA, as in masked_lm.py.
+
+In your own program, under any tf.distribute strategy's scope:
+
+    discriminator = TFElectraForPreTraining(config)
+    generator = TFElectraForMaskedLM(generator_config(config, 0.25))
+    discriminator.build_in_name_scope()  # The weights now: Keras looks for them before the first step.
+    generator.build_in_name_scope()
+    trainer = ElectraTrainer(discriminator, generator)  # Shares the embeddings.
+    trainer.compile(optimizer=keras.optimizers.Adam(2e-4))
+    trainer.fit(data, steps_per_epoch=1000)  # masked_lm.make_dataset's batches, with "masked_positions".
+"""
+
+import copy
+
+import tensorflow as tf
+import tf_keras as keras
+
+from masked_lm import lm_head
+
+# The discriminator's loss weighs this much against the generator's (ELECTRA's disc_weight).
+DISCRIMINATOR_WEIGHT = 50.0
+
+
+def generator_config(config, fraction):
+    """The generator's ElectraConfig: the discriminator's `config` with its hidden size, feed-forward size and
+    attention heads multiplied by `fraction` (ELECTRA's get_generator_config divides all three by the same factor),
+    the same depth, and the same embedding size: the two share their embeddings. Raises ValueError for a size that
+    does not divide into whole heads."""
+    generator = copy.deepcopy(config)
+    generator.hidden_size = max(1, round(config.hidden_size * fraction))
+    generator.intermediate_size = max(1, round(config.intermediate_size * fraction))
+    generator.num_attention_heads = max(1, round(config.num_attention_heads * fraction))
+    generator.embedding_size = config.embedding_size or config.hidden_size
+    generator.architectures = ["ElectraForMaskedLM"]
+    if generator.hidden_size % generator.num_attention_heads:
+        raise ValueError(f"a generator of hidden size {generator.hidden_size} does not divide into "
+                         f"{generator.num_attention_heads} attention heads; choose a fraction of the discriminator's "
+                         f"hidden size ({config.hidden_size}) that does")
+    return generator
+
+
+def share_embeddings(discriminator, generator):
+    """Makes the built `generator` read the built `discriminator`'s embeddings layer (word, position and token-type
+    embeddings and their layer norm), in its encoder and in its LM head's output projection, which reuses the word
+    embeddings. The generator's own embedding weights are then no longer part of it. Swapping layers after both are
+    built, rather than building the generator around the shared layer, keeps weights already loaded: 🤗's
+    embeddings layer creates its weights anew each time it is built."""
+    generator.electra.embeddings = discriminator.electra.embeddings
+    generator.generator_lm_head.input_embeddings = discriminator.electra.embeddings
+
+
+def replace_tokens(input_ids, labels, masked_positions, generator_logits, seed):
+    """The discriminator's input and labels, [batch, length] each: at each chosen position (`labels` != -100 there),
+    a token sampled from `generator_logits` [batch, K, vocabulary] at `masked_positions` [batch, K]; elsewhere
+    `input_ids`. A label is 1 ("replaced") only where the sampled token differs from the original: the generator
+    that samples the original token has not replaced it. Sampling is Gumbel-max at temperature 1 (the argmax of
+    the logits plus Gumbel noise, stateless from `seed`), with no gradient through it. Also returns the sampled
+    tokens [batch, K]."""
+    logits = tf.stop_gradient(tf.cast(generator_logits, tf.float32))
+    uniform = tf.random.stateless_uniform(tf.shape(logits), seed, minval=1e-9, maxval=1.0)
+    sampled = tf.argmax(logits - tf.math.log(-tf.math.log(uniform)), axis=-1, output_type=input_ids.dtype)
+    original = tf.gather(labels, masked_positions, batch_dims=1)
+    chosen = original != -100
+    inputs_there = tf.gather(input_ids, masked_positions, batch_dims=1)
+    # Scatter the K values of each row back to their positions: masked_positions are distinct within a row.
+    rows = tf.broadcast_to(tf.range(tf.shape(input_ids)[0])[:, tf.newaxis], tf.shape(masked_positions))
+    indices = tf.stack([rows, masked_positions], axis=-1)
+    replaced_ids = tf.tensor_scatter_nd_update(input_ids, indices, tf.where(chosen, sampled, inputs_there))
+    is_replaced = tf.cast(chosen & (sampled != original), input_ids.dtype)
+    replaced_labels = tf.tensor_scatter_nd_update(tf.zeros_like(input_ids), indices, is_replaced)
+    return replaced_ids, replaced_labels, sampled
+
+
+class ElectraTrainer(keras.Model):
+    """Trains an ELECTRA discriminator and its generator together with model.fit.
+
+    The loss is the generator's cross-entropy, a mean over the masked positions of the global batch, plus
+    `discriminator_weight` times the discriminator's sigmoid cross-entropy, a mean over every real (non-padding)
+    token of the global batch. Both counts are known from the batch before any model runs, so each replica's loss
+    is divided by the global counts (an all-reduce) and the optimizer's sum over the replicas is the global mean, as
+    in masked_lm.MaskedLMTrainer, whose gradient accumulation and XLA compilation this follows.
+
+    Metrics: `generator_loss` and `generator_accuracy` at the masked positions; `discriminator_loss` and
+    `discriminator_accuracy` over the real tokens, and the accuracy on the replaced ones (`replaced_accuracy`) and
+    the original ones (`original_accuracy`); `replaced_share`, the share of real tokens the generator replaced;
+    `loss`, the sum that trains. Sampling is stateless: from `seed` and the step in training, from the batch
+    itself in evaluation, whose masks are fixed (masked_lm.make_dataset), so that its figures compare across rounds.
+
+    `trained_variables` are the trainable variables of both networks, the shared embeddings once.
+    """
+
+    def __init__(self, discriminator, generator, discriminator_weight=DISCRIMINATOR_WEIGHT,
+                 gradient_accumulation_steps=1, jit_compile=False, seed=0):
+        super().__init__()
+        share_embeddings(discriminator, generator)
+        self.discriminator, self.generator = discriminator, generator
+        self.discriminator_weight = discriminator_weight
+        self.gradient_accumulation_steps, self.seed = gradient_accumulation_steps, seed
+        seen = {id(variable) for variable in discriminator.trainable_variables}
+        self.trained_variables = discriminator.trainable_variables + [
+            variable for variable in generator.trainable_variables if id(variable) not in seen]
+        names = ["loss", "generator_loss", "generator_accuracy", "discriminator_loss", "discriminator_accuracy",
+                 "replaced_accuracy", "original_accuracy", "replaced_share"]
+        self.trackers = {name: keras.metrics.Mean(name=name) for name in names}
+        self.compute_gradients, self.electra_sums = (
+            tf.function(function, jit_compile=True, autograph=False) if jit_compile else function
+            for function in (self._compute_gradients, self._electra_sums))
+
+    @property
+    def metrics(self):  # What Keras resets at the start of each epoch and evaluation.
+        return list(self.trackers.values())
+
+    def call(self, inputs, training=False):
+        return self.discriminator(**inputs, training=training).logits
+
+    @tf.autograph.experimental.do_not_convert
+    def train_step(self, batch):
+        counts = self._global_counts(batch)
+        # A seed per step and replica (and micro-batch, in compute_gradients), from the step counter that checkpoints
+        # keep: no random state to save, and every step samples anew.
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        seed = tf.random.experimental.stateless_fold_in(
+            tf.stack([tf.cast(self.seed, tf.int64), tf.cast(self.optimizer.iterations, tf.int64)]),
+            replica * self.gradient_accumulation_steps)
+        gradients, sums = self.compute_gradients(batch, counts, seed)
+        self.optimizer.apply_gradients(zip(gradients, self.trained_variables))
+        return self._update_metrics(sums, counts)
+
+    @tf.autograph.experimental.do_not_convert
+    def test_step(self, batch):
+        # The same batch (fixed masks) gets the same samples in every evaluation.
+        seed = tf.stack([tf.cast(self.seed, tf.int64), tf.reduce_sum(tf.cast(batch["input_ids"], tf.int64))])
+        counts = self._global_counts(batch)
+        return self._update_metrics(self.electra_sums(batch, seed), counts)
+
+    def _global_counts(self, batch):
+        """The masked positions and real tokens of the global batch: the loss's denominators."""
+        local = tf.stack([tf.reduce_sum(tf.cast(batch["labels"] != -100, tf.float32)),
+                          tf.reduce_sum(tf.cast(batch["attention_mask"], tf.float32))])
+        return tf.maximum(tf.distribute.get_replica_context().all_reduce("sum", local), 1.0)
+
+    def _compute_gradients(self, batch, counts, seed):
+        """Gradients of the loss of the replica's share of the global batch, and the summed stats, over the
+        micro-batches (a Python loop, unrolled: see MaskedLMTrainer._compute_gradients)."""
+        steps = self.gradient_accumulation_steps
+        micro_batches = {name: tf.reshape(value, [steps, -1, value.shape[-1]]) for name, value in batch.items()}
+        gradient_sums, stat_sums = None, None
+        for i in range(steps):
+            with tf.GradientTape() as tape:
+                stats = self._electra_sums({name: value[i] for name, value in micro_batches.items()},
+                                           tf.random.experimental.stateless_fold_in(seed, i), True)
+                loss = (stats["generator_cross_entropy"] / counts[0]
+                        + self.discriminator_weight * stats["discriminator_cross_entropy"] / counts[1])
+            # Zeros, not None, for any weight the loss would not reach, as in MaskedLMTrainer.
+            gradients = [tf.convert_to_tensor(gradient) for gradient in tape.gradient(
+                loss, self.trained_variables, unconnected_gradients="zero")]
+            gradient_sums = gradients if gradient_sums is None else [
+                total + gradient for total, gradient in zip(gradient_sums, gradients)]
+            stat_sums = stats if stat_sums is None else {name: stat_sums[name] + stats[name] for name in stats}
+        return gradient_sums, stat_sums
+
+    def _electra_sums(self, batch, seed, training=False):
+        """Sums by name of the generator's cross-entropy and correct predictions at the masked positions, and of the
+        discriminator's cross-entropy and correct labels over the real tokens, the replaced ones and the others."""
+        positions = batch.get("masked_positions")
+        if positions is None:  # No cap on the predictions: the generator's head runs at every position.
+            positions = tf.broadcast_to(tf.range(tf.shape(batch["input_ids"])[1]), tf.shape(batch["input_ids"]))
+        hidden = self.generator.electra(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                        training=training)[0]
+        # A softmax over the vocabulary needs float32, in bfloat16 mode too.
+        logits = tf.cast(lm_head(self.generator, tf.gather(hidden, positions, batch_dims=1)), tf.float32)
+        labels = tf.gather(batch["labels"], positions, batch_dims=1)
+        is_chosen = labels != -100
+        labels = tf.where(is_chosen, labels, 0)  # Any valid id: the sums leave those positions out.
+        generator_cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        generator_correct = tf.argmax(logits, axis=-1, output_type=labels.dtype) == labels
+
+        replaced_ids, is_replaced, _ = replace_tokens(batch["input_ids"], batch["labels"], positions, logits, seed)
+        discriminator_logits = tf.cast(self.discriminator(input_ids=replaced_ids,
+                                                          attention_mask=batch["attention_mask"],
+                                                          training=training).logits, tf.float32)
+        targets = tf.cast(is_replaced, tf.float32)
+        discriminator_cross_entropy = tf.nn.sigmoid_cross_entropy_with_logits(labels=targets,
+                                                                              logits=discriminator_logits)
+        discriminator_correct = (discriminator_logits > 0) == (is_replaced == 1)
+        is_real = batch["attention_mask"] == 1
+
+        def total(where, values):  # tf.where, not a product with a 0/1 weight: -inf * 0 would be NaN.
+            return tf.reduce_sum(tf.where(where, tf.cast(values, tf.float32), 0.0))
+
+        replaced, original = is_real & (is_replaced == 1), is_real & (is_replaced == 0)
+        return {"generator_cross_entropy": total(is_chosen, generator_cross_entropy),
+                "generator_correct": total(is_chosen, generator_correct),
+                "discriminator_cross_entropy": total(is_real, discriminator_cross_entropy),
+                "discriminator_correct": total(is_real, discriminator_correct),
+                "replaced_correct": total(replaced, discriminator_correct), "replaced_count": total(replaced, 1.0),
+                "original_correct": total(original, discriminator_correct), "original_count": total(original, 1.0),
+                "masked_count": total(is_chosen, 1.0), "token_count": total(is_real, 1.0)}
+
+    def _update_metrics(self, sums, counts):
+        """Each metric is a mean over positions: a batch's mean weighs as many positions as it covers. `loss` is the
+        global batch's, as it trains (each replica's share adds up to it)."""
+        def update(name, total, count):
+            self.trackers[name].update_state(tf.math.divide_no_nan(total, count), sample_weight=count)
+
+        update("generator_loss", sums["generator_cross_entropy"], sums["masked_count"])
+        update("generator_accuracy", sums["generator_correct"], sums["masked_count"])
+        update("discriminator_loss", sums["discriminator_cross_entropy"], sums["token_count"])
+        update("discriminator_accuracy", sums["discriminator_correct"], sums["token_count"])
+        update("replaced_accuracy", sums["replaced_correct"], sums["replaced_count"])
+        update("original_accuracy", sums["original_correct"], sums["original_count"])
+        update("replaced_share", sums["replaced_count"], sums["token_count"])
+        loss = (sums["generator_cross_entropy"] / counts[0]
+                + self.discriminator_weight * sums["discriminator_cross_entropy"] / counts[1])
+        replica_loss = tf.distribute.get_replica_context().all_reduce("sum", loss)
+        self.trackers["loss"].update_state(replica_loss)
+        return {metric.name: metric.result() for metric in self.metrics}
