@@ -16,7 +16,7 @@ import os
 import random
 import time
 
-from utils import UserError, check_gcs_path, positive_int
+from utils import UserError, check_gcs_path, is_gcs_path, positive_int
 
 logger = logging.getLogger("devices")
 
@@ -233,6 +233,24 @@ def host_index(strategy):
     process drives every host of a TPU pod slice, from host 0)."""
     resolver = strategy.cluster_resolver  # None on one machine.
     return resolver.task_id if resolver is not None and resolver.task_id is not None else 0
+
+
+def check_paths_for_pod(args, num_hosts):
+    """Refuses paths that the hosts of a TPU pod slice cannot all reach. One process on worker 0 drives them all,
+    but each host runs its own input pipeline and saves its own part of each checkpoint: a local path means each
+    host's own disk."""
+    if num_hosts == 1:
+        return
+    local_shards = [path for path in (args.train_dataset, args.eval_dataset) if path and not is_gcs_path(path)]
+    if local_shards and not args.shards_on_every_host:
+        raise UserError(
+            f"this TPU has {num_hosts} hosts, and each reads its own shards, but {local_shards[0]!r} is a "
+            "local path, which the other hosts cannot see. Copy the shards to a bucket (`gcloud storage cp -r "
+            f"{local_shards[0]} gs://BUCKET/...`) and pass the gs:// path; or, if you copied them to this same path "
+            "on every host, pass --shards_on_every_host.")
+    if not is_gcs_path(args.output_dir):
+        raise UserError(f"this TPU has {num_hosts} hosts, and each saves its own part of every checkpoint, "
+                        f"but --output_dir {args.output_dir!r} is a local path. Pass a gs:// folder.")
 
 
 def strategy_name(strategy):

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 
+from shards import vocabulary_fingerprint
 from utils import UserError, is_gcs_path, local_copy
 
 logger = logging.getLogger("models")
@@ -95,6 +96,40 @@ def check_max_length(config, max_length, can_override=False, weights_from=None):
                f"phase, build the model with them from the start (--config_overrides "
                f"max_position_embeddings={needed} in the first phase)." if weights_from else
                f", or add max_position_embeddings={needed} to --config_overrides." if can_override else "."))
+
+
+def refuse_a_tokenizer_not_the_models(start, tokenizer_name, config, tokenizer):
+    """Stops unless `tokenizer` (run_mlm.py's --tokenizer `tokenizer_name`, which the shards were checked against)
+    is the model's own, the model `start` of `config` (--model_name_or_path): another vocabulary would give every id
+    the embedding of another token. The model's tokenizer, where its folder has one, must have the same tokens at
+    the same ids, special ones included; else the sizes and the pad id must fit."""
+    from transformers import AutoTokenizer
+
+    try:
+        own = AutoTokenizer.from_pretrained(local_copy(start))
+    except (OSError, ValueError):  # A model folder without tokenizer files.
+        own = None
+        logger.warning("The model %s has no tokenizer to compare --tokenizer with: only its size is checked.", start)
+
+    def special_ids(tokenizer):
+        return {name: getattr(tokenizer, name + "_token_id") for name in ("pad", "mask", "bos", "eos", "unk")}
+
+    if own is None:
+        if len(tokenizer) <= config.vocab_size and tokenizer.pad_token_id == config.pad_token_id:
+            return
+        difference = (f"{len(tokenizer)} tokens and pad id {tokenizer.pad_token_id}, the model {config.vocab_size} "
+                      f"embeddings and pad id {config.pad_token_id}")
+    elif vocabulary_fingerprint(own.backend_tokenizer) != vocabulary_fingerprint(tokenizer.backend_tokenizer):
+        difference = (f"{len(tokenizer)} tokens, the model's {len(own)}" if len(own) != len(tokenizer)
+                      else f"{len(tokenizer)} tokens as the model's, but other tokens or ids")
+    elif special_ids(tokenizer) != special_ids(own):
+        difference = f"special tokens at other ids ({special_ids(tokenizer)}, the model's {special_ids(own)})"
+    else:
+        return
+    raise UserError(
+        f"--tokenizer {tokenizer_name!r} is not the tokenizer of the model {start!r}: {difference}. Its ids would "
+        "mean other tokens to the model. Drop --tokenizer (the model's is the default), and write the shards with "
+        f"the model's tokenizer: prepare_tfrecord_shards.py --tokenizer_name_or_path {start} ...")
 
 
 # ----------------------------------------------------------------------------------------------------------------

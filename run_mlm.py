@@ -34,14 +34,13 @@ import os
 import sys
 import time
 
-from devices import (Throughput, add_hardware_arguments, check_input_pipeline, count_hosts, host_addresses,
-                     host_index, set_up_training, strategy_name)
+from devices import (Throughput, add_hardware_arguments, check_input_pipeline, check_paths_for_pod, count_hosts,
+                     host_addresses, host_index, set_up_training, strategy_name)
 from models import (ARCHITECTURES, check_max_length, load_config, load_pretrained_model, load_tokenizer,
-                    save_model_folder, save_tokenizer, write_model_card)
-from shards import (MIN_MAX_LENGTH, TOKEN_COUNTS_NAME, damaged_shards_named, find_shards, read_token_counts,
-                    vocabulary_fingerprint)
-from utils import (UserError, fraction, is_gcs_path, local_copy, non_negative_float, non_negative_int,
-                   positive_float, positive_int, probability, save_folder)
+                    refuse_a_tokenizer_not_the_models, save_model_folder, save_tokenizer, write_model_card)
+from shards import MIN_MAX_LENGTH, TOKEN_COUNTS_NAME, damaged_shards_named, find_shards, read_token_counts
+from utils import (UserError, fraction, non_negative_float, non_negative_int, positive_float, positive_int,
+                   probability, save_folder)
 
 logger = logging.getLogger("run_mlm")
 
@@ -205,24 +204,6 @@ def distributed_datasets(args, strategy, plan, masking, train_files, eval_files)
         host_dataset(args, plan, masking, eval_files, args.seed, training=False)) if eval_files else None
 
 
-def check_paths_for_pod(args, num_hosts):
-    """Refuses paths that the hosts of a TPU pod slice cannot all reach. One process on worker 0 drives them all,
-    but each host runs its own input pipeline and saves its own part of each checkpoint: a local path means each
-    host's own disk."""
-    if num_hosts == 1:
-        return
-    local_shards = [path for path in (args.train_dataset, args.eval_dataset) if path and not is_gcs_path(path)]
-    if local_shards and not args.shards_on_every_host:
-        raise UserError(
-            f"this TPU has {num_hosts} hosts, and each reads its own shards, but {local_shards[0]!r} is a "
-            "local path, which the other hosts cannot see. Copy the shards to a bucket (`gcloud storage cp -r "
-            f"{local_shards[0]} gs://BUCKET/...`) and pass the gs:// path; or, if you copied them to this same path "
-            "on every host, pass --shards_on_every_host.")
-    if not is_gcs_path(args.output_dir):
-        raise UserError(f"this TPU has {num_hosts} hosts, and each saves its own part of every checkpoint, "
-                        f"but --output_dir {args.output_dir!r} is a local path. Pass a gs:// folder.")
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # The model
 
@@ -276,43 +257,9 @@ def model_config(args, tokenizer):
                         f"has {changed[0]}={original.get(changed[0])!r} in its weights: starting from a model, "
                         "only dropout may change. Drop it, or train a new model of that shape from scratch "
                         "(--pretrained_model_config).")
-    refuse_a_tokenizer_not_the_models(args, config, tokenizer)
+    refuse_a_tokenizer_not_the_models(start, args.tokenizer, config, tokenizer)
     check_max_length(config, args.max_length, weights_from=start)
     return config
-
-
-def refuse_a_tokenizer_not_the_models(args, config, tokenizer):
-    """Stops unless `tokenizer` (--tokenizer, which the shards were checked against) is the model's own: another
-    vocabulary would give every id the embedding of another token. The model's tokenizer, where its folder has one,
-    must have the same tokens at the same ids, special ones included; else the sizes and the pad id must fit."""
-    from transformers import AutoTokenizer
-
-    start = args.model_name_or_path
-    try:
-        own = AutoTokenizer.from_pretrained(local_copy(start))
-    except (OSError, ValueError):  # A model folder without tokenizer files.
-        own = None
-        logger.warning("The model %s has no tokenizer to compare --tokenizer with: only its size is checked.", start)
-
-    def special_ids(tokenizer):
-        return {name: getattr(tokenizer, name + "_token_id") for name in ("pad", "mask", "bos", "eos", "unk")}
-
-    if own is None:
-        if len(tokenizer) <= config.vocab_size and tokenizer.pad_token_id == config.pad_token_id:
-            return
-        difference = (f"{len(tokenizer)} tokens and pad id {tokenizer.pad_token_id}, the model {config.vocab_size} "
-                      f"embeddings and pad id {config.pad_token_id}")
-    elif vocabulary_fingerprint(own.backend_tokenizer) != vocabulary_fingerprint(tokenizer.backend_tokenizer):
-        difference = (f"{len(tokenizer)} tokens, the model's {len(own)}" if len(own) != len(tokenizer)
-                      else f"{len(tokenizer)} tokens as the model's, but other tokens or ids")
-    elif special_ids(tokenizer) != special_ids(own):
-        difference = f"special tokens at other ids ({special_ids(tokenizer)}, the model's {special_ids(own)})"
-    else:
-        return
-    raise UserError(
-        f"--tokenizer {args.tokenizer!r} is not the tokenizer of the model {start!r}: {difference}. Its ids would "
-        "mean other tokens to the model. Drop --tokenizer (the model's is the default), and write the shards with "
-        f"the model's tokenizer: prepare_tfrecord_shards.py --tokenizer_name_or_path {start} ...")
 
 
 def generator_config(args, config):

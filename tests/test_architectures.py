@@ -133,7 +133,7 @@ def test_deberta_v1_with_relative_attention_is_refused_and_an_untested_type_is_w
     config_dir = tmp_path / "config"
     tiny_config("deberta", tokenizer).save_pretrained(config_dir)
     args = argparse.Namespace(model_name_or_path=None, pretrained_model_config=str(config_dir), max_length=MAX_LENGTH,
-                              config_overrides="relative_attention=True")
+                              config_overrides="relative_attention=True", objective="mlm")
     with pytest.raises(UserError, match=r"DeBERTa \(v1\) with relative_attention=True does not train under XLA.*Use "
                                         r"deberta-v2 \(configs/deberta-v3-base.json\), or add "
                                         r"relative_attention=False to --config_overrides"):

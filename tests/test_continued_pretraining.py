@@ -82,7 +82,8 @@ def test_a_second_phase_at_a_longer_length(phase_1_dir, shards_dir, tmp_path):
 
 def model_config_args(model_dir, **changes):
     return argparse.Namespace(**{**dict(model_name_or_path=str(model_dir), tokenizer=str(model_dir),
-                                        pretrained_model_config=None, config_overrides=None, max_length=SHORT),
+                                        pretrained_model_config=None, config_overrides=None, max_length=SHORT,
+                                        objective="mlm"),
                                  **changes})
 
 

@@ -288,6 +288,6 @@ def test_whole_word_masking_refuses_a_tokenizer_that_does_not_mark_words():
     # masked_lm.py, which imports nothing of the project, raises ValueError; run_mlm.py gives its message as the user's.
     with pytest.raises(ValueError, match="need a tokenizer whose pieces show where words begin"):
         word_start_table(tokenizer)
-    args = argparse.Namespace(masking="whole_word", mlm_probability=0.15, max_predictions_per_seq=0)
+    args = argparse.Namespace(masking="whole_word", mlm_probability=0.15, max_predictions_per_seq=0, objective="mlm")
     with pytest.raises(UserError, match="need a tokenizer whose pieces show where words begin"):
         masking_arguments(args, tokenizer)

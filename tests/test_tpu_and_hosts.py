@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from devices import choose_strategy, local_tpu_chips, use_jit_compile
+from devices import check_paths_for_pod, choose_strategy, local_tpu_chips, use_jit_compile
 from diagnostics import TensorFlowBuild, explain_unusable_tpu, tensorflow_build, tpu_holders
 from helpers import MAX_LENGTH, REPO
 from masked_lm import make_dataset
-from run_mlm import check_paths_for_pod
 from shards import find_shards
 from utils import UserError
 
