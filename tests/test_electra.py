@@ -1,9 +1,12 @@
 """ELECTRA's replaced-token detection (electra.py, run_mlm.py --objective electra): the discriminator's labels, the
 embeddings the two networks share, the FLOP count of both, and a tiny run end to end: trained, resumed, saved with
-its generator and PyTorch copies, exported from its checkpoint and fine-tuned."""
+its generator and PyTorch copies, exported from its checkpoint and fine-tuned; and (make test-pytorch) both
+networks' PyTorch copies in 🤗 Transformers 5."""
 
 import argparse
 import json
+import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -291,3 +294,41 @@ def test_electra_needs_an_electra_config(shards_dir, tokenizer_dir, tiny_config_
                       "--objective", "electra", "--max_steps", 2, expect_failure=True)
     assert "--objective electra trains an ELECTRA discriminator and generator, but" in result.stderr
     assert "is a roberta config" in result.stderr
+
+
+# What Transformers 5 with PyTorch gives for the saved pair, run in PYTORCH_PYTHON: each network's loading report and
+# logits on the same token ids.
+TRANSFORMERS_5 = """
+import json, sys
+import torch, transformers
+
+answers = {}
+for name, model_class, folder, input_ids in json.loads(sys.argv[1]):
+    model, report = getattr(transformers, model_class).from_pretrained(folder + "/pytorch", output_loading_info=True)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor(input_ids), attention_mask=torch.ones(len(input_ids), len(input_ids[0]),
+                                                                                 dtype=torch.long)).logits
+    answers[name] = dict(report={key: list(value) for key, value in report.items()}, logits=logits.tolist())
+json.dump(answers, sys.stdout)
+"""
+
+
+@pytest.mark.skipif(not os.environ.get("PYTORCH_PYTHON"),
+                    reason="needs 🤗 Transformers 5 and PyTorch: `make test-pytorch` builds them and runs it")
+def test_transformers_5_with_pytorch_loads_the_discriminator_and_the_generator_as_tensorflow_runs_them(
+        shards_dir, tokenizer_dir, electra_config_dir, tmp_path):
+    model_dir = tmp_path / "electra"
+    run_main("run_mlm.py", *electra_args(shards_dir, tokenizer_dir, electra_config_dir, model_dir, 4, evaluate=False))
+    input_ids = [[0, 40, 50, 4, 60, 70, 2], [0, 90, 4, 100, 110, 120, 2]]  # <s> ... <mask> ... </s>
+    networks = [("discriminator", "ElectraForPreTraining", str(model_dir), input_ids),
+                ("generator", "ElectraForMaskedLM", str(model_dir / "generator"), input_ids)]
+    result = subprocess.run([os.environ["PYTORCH_PYTHON"], "-c", TRANSFORMERS_5, json.dumps(networks)],
+                            capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, result.stderr[-5000:]
+    answers = json.loads(result.stdout)
+    inputs = dict(input_ids=tf.constant(input_ids), attention_mask=tf.ones([2, 7], tf.int32))
+    for name, model_class, folder, _ in networks:
+        assert answers[name]["report"] == {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [],
+                                           "error_msgs": []}, name
+        tensorflow = getattr(__import__("transformers"), "TF" + model_class).from_pretrained(folder)
+        assert np.abs(np.array(answers[name]["logits"]) - tensorflow(**inputs).logits.numpy()).max() < 1e-4, name
