@@ -125,6 +125,10 @@ class ElectraTrainer(keras.Model):
     def metrics(self):  # What Keras resets at the start of each epoch and evaluation.
         return list(self.trackers.values())
 
+    @property
+    def networks(self):  # What a checkpoint holds, by name: "model" is the one a user keeps, the discriminator.
+        return {"model": self.discriminator, "generator": self.generator}
+
     def call(self, inputs, training=False):
         return self.discriminator(**inputs, training=training).logits
 

@@ -82,6 +82,14 @@ class MaskedLMTrainer(keras.Model):
     def metrics(self):  # What Keras resets at the start of each epoch and evaluation.
         return list(self.trackers.values())
 
+    @property
+    def networks(self):  # What a checkpoint holds, by name: "model" is the one a user keeps.
+        return {"model": self.mlm}
+
+    @property
+    def trained_variables(self):  # Those the optimizer updates.
+        return self.mlm.trainable_variables
+
     def call(self, inputs, training=False):
         return self.mlm(**inputs, training=training).logits
 

@@ -311,12 +311,8 @@ def restore_last_checkpoint(args, trainer, is_chief):
         check_checkpoint(latest, directory)
     # Adam's moments now, in a new run too: created in the first step, they would make TensorFlow trace it twice; and
     # each one created after a restore would read the checkpoint again (over gs://, a minute for the tests' model).
-    if hasattr(trainer, "generator"):  # ELECTRA: the discriminator is the model; the generator trains beside it.
-        variables, networks = trainer.trained_variables, dict(model=trainer.discriminator, generator=trainer.generator)
-    else:
-        variables, networks = trainer.mlm.trainable_variables, dict(model=trainer.mlm)
-    create_optimizer_state(trainer.optimizer, variables)
-    checkpoint = tf.train.Checkpoint(**networks, optimizer=trainer.optimizer)
+    create_optimizer_state(trainer.optimizer, trainer.trained_variables)
+    checkpoint = tf.train.Checkpoint(**trainer.networks, optimizer=trainer.optimizer)
     if latest:
         checkpoint.restore(latest)
         logger.info("Resuming from %s, at step %d", latest, int(trainer.optimizer.iterations.numpy()))

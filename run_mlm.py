@@ -398,7 +398,7 @@ def fit_calls(start_step, total_steps, round_steps):
 
 def networks(trainer):
     """The models a trainer trains: its masked LM, or ELECTRA's discriminator and generator."""
-    return [trainer.discriminator, trainer.generator] if hasattr(trainer, "generator") else [trainer.mlm]
+    return list(trainer.networks.values())
 
 
 def unique_weights(*models):
