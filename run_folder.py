@@ -322,8 +322,9 @@ def restore_last_checkpoint(args, trainer, is_chief):
 class CheckpointAndStop(keras.callbacks.Callback):
     """Saves a checkpoint every `every_steps` steps and at the last one. SIGTERM (a preempted VM) and SIGINT (Ctrl-C)
     take effect at the end of the step: a checkpoint is saved, then the script exits with the shell's code for the
-    signal. The hosts of a multi-worker job agree on that step, whichever was signalled: one that left alone would
-    leave the others waiting in a collective operation. A NaN or infinite loss stops training with no checkpoint
+    signal; during a round's evaluation, the checkpoint comes at the end of its batch, and the evaluation finishes
+    before the exit. The hosts of a multi-worker job agree on that step, whichever was signalled: one that left alone
+    would leave the others waiting in a collective operation. A NaN or infinite loss stops training with no checkpoint
     after it. (Keras' BackupAndRestore refuses OneDeviceStrategy and numbers checkpoints by save, not step;
     tf.distribute's PreemptionCheckpointHandler ignores SIGTERM on Cloud TPU, CPU and GPU VMs.)"""
 
@@ -344,17 +345,28 @@ class CheckpointAndStop(keras.callbacks.Callback):
         self.received_signal = signal.Signals(signum).name
 
     def on_train_batch_end(self, batch, logs=None):
+        self.check(diverged=not math.isfinite(float(logs["loss"])))
+
+    def on_test_batch_end(self, batch, logs=None):
+        # A signal in the middle of a round's evaluation: the checkpoint now, not once the evaluation is over (which
+        # can take longer than the 30 s a preempted VM is given); the evaluation changes no weight.
+        self.check(diverged=False)
+
+    def check(self, diverged):
+        """Saves a checkpoint when one is due or a signal came (to any host), and stops training then or after a
+        NaN or infinite loss."""
         step = int(self.model.optimizer.iterations.numpy())
-        flags = [self.received_signal is not None, not math.isfinite(float(logs["loss"]))]
+        flags = [self.received_signal is not None, diverged]
         if self.hosts_must_agree:  # Each flag true where it is true on any host: one small all-reduce per step.
             values = self.strategy.run(lambda: tf.constant([float(flag) for flag in flags]))
             flags = [bool(total > 0) for total in self.strategy.reduce("SUM", values, axis=None)]
         self.stop_requested, diverged = flags
         if diverged:
             self.diverged_at_step = step
-        elif self.stop_requested or step - self.last_saved_step >= self.every_steps:
+        elif step > self.last_saved_step and (self.stop_requested or step - self.last_saved_step >= self.every_steps):
             self.save(step)
-        self.model.stop_training = self.stop_requested or diverged
+        if self.stop_requested or diverged:  # Never lowered here: a round's evaluation follows a stop in training.
+            self.model.stop_training = True
 
     def save(self, step):
         directory = self.manager.directory

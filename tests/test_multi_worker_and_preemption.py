@@ -8,7 +8,10 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
 from helpers import REPO, run_main, tiny_mlm_args
+from utils import UserError
 
 
 def tiny_run_args(shards_dir, tokenizer_dir, tiny_config_dir, output_dir):
@@ -137,3 +140,66 @@ def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(shards_dir, t
     step = int(stopped.group(1))
     assert f"Stopped by a signal to another host at step {step}, after saving checkpoint " in chief_log
     assert 0 < step < 40 and (output_dir / "checkpoints" / f"ckpt-{step}.index").exists()
+
+
+
+def fit_with_checkpoint_and_stop(checkpoint_dir, features, extra_callbacks=(), every_steps=1000):
+    """A one-weight Keras model fitted for 2 rounds of 3 steps (batches of 2 rows of `features`), each round ending
+    with an evaluation, beside run_folder.CheckpointAndStop; returns (model, stopper). The signal handlers that the
+    stopper installs are put back."""
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from run_folder import CheckpointAndStop
+
+    model = keras.Sequential([keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    data = tf.data.Dataset.from_tensor_slices((np.asarray(features, "float32"), np.ones((len(features), 1), "float32")))
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), checkpoint_dir, max_to_keep=None)
+    saved_handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        stopper = CheckpointAndStop(manager, every_steps=every_steps, strategy=tf.distribute.get_strategy(),
+                                    start_step=0, is_chief=True)
+        model.fit(data.batch(2), steps_per_epoch=3, epochs=2, validation_data=data.take(4).batch(2),
+                  callbacks=[stopper, *extra_callbacks], verbose=0)
+    finally:
+        for signum, handler in saved_handlers.items():
+            signal.signal(signum, handler)
+    return model, stopper
+
+
+def test_sigterm_during_a_rounds_evaluation_saves_the_checkpoint_before_the_evaluation_ends(tmp_path):
+    # A preempted VM has 30 s; a round's evaluation can take longer. The signal arrives as the first evaluation
+    # batch begins; the checkpoint must exist when that batch ends, and no training step follows.
+    import os
+
+    import tf_keras as keras
+
+    class SignalAndLook(keras.callbacks.Callback):
+        saved_at_first_eval_batch = None
+
+        def on_test_batch_begin(self, batch, logs=None):
+            if self.saved_at_first_eval_batch is None:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        def on_test_batch_end(self, batch, logs=None):
+            if self.saved_at_first_eval_batch is None:
+                self.saved_at_first_eval_batch = sorted(path.name for path in tmp_path.glob("ckpt-*.index"))
+
+    look = SignalAndLook()
+    model, stopper = fit_with_checkpoint_and_stop(tmp_path, [[1.0, 1.0]] * 12, [look])
+    assert look.saved_at_first_eval_batch == ["ckpt-3.index"]
+    assert stopper.received_signal == "SIGTERM" and int(model.optimizer.iterations.numpy()) == 3
+    assert [path.name for path in tmp_path.glob("ckpt-*.index")] == ["ckpt-3.index"]  # Saved once.
+
+
+def test_a_nan_loss_stops_training_at_its_step_with_no_checkpoint_after_the_last_good_one(tmp_path):
+    # Step 5's batch holds a NaN: steps 1 to 4 train, step 4 is checkpointed (every 2 steps), step 5 is not,
+    # and the round's evaluation after it does not restart training.
+    features = [[1.0, 1.0]] * 8 + [[float("nan"), 1.0]] * 4
+    model, stopper = fit_with_checkpoint_and_stop(tmp_path, features, every_steps=2)
+    assert stopper.diverged_at_step == 5 and int(model.optimizer.iterations.numpy()) == 5
+    assert sorted(path.name for path in tmp_path.glob("ckpt-*.index")) == ["ckpt-2.index", "ckpt-4.index"]
+    with pytest.raises(UserError, match=r"NaN or infinite at step 5\. The last good checkpoint, .*ckpt-4, is kept"):
+        stopper.finish(5)
