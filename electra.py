@@ -98,7 +98,8 @@ class ElectraTrainer(keras.Model):
     Metrics: `generator_loss` and `generator_accuracy` at the masked positions; `discriminator_loss` and
     `discriminator_accuracy` over the real tokens, and the accuracy on the replaced ones (`replaced_accuracy`) and
     the original ones (`original_accuracy`); `replaced_share`, the share of real tokens the generator replaced;
-    `loss`, the sum that trains. Sampling is stateless: from `seed` and the step in training, from the batch
+    `nats_beyond_prior`, how much lower the discriminator's loss is than that of a constant guess of that share (0:
+    nothing learned from the context); `loss`, the sum that trains. Sampling is stateless: from `seed` and the step in training, from the batch
     itself in evaluation, whose masks are fixed (masked_lm.make_dataset), so that its figures compare across rounds.
 
     `trained_variables` are the trainable variables of both networks, the shared embeddings once.
@@ -115,7 +116,7 @@ class ElectraTrainer(keras.Model):
         self.trained_variables = discriminator.trainable_variables + [
             variable for variable in generator.trainable_variables if id(variable) not in seen]
         names = ["loss", "generator_loss", "generator_accuracy", "discriminator_loss", "discriminator_accuracy",
-                 "replaced_accuracy", "original_accuracy", "replaced_share"]
+                 "replaced_accuracy", "original_accuracy", "replaced_share", "nats_beyond_prior"]
         self.trackers = {name: keras.metrics.Mean(name=name) for name in names}
         self.compute_gradients, self.electra_sums = (
             tf.function(function, jit_compile=True, autograph=False) if jit_compile else function
@@ -229,6 +230,12 @@ class ElectraTrainer(keras.Model):
         update("replaced_accuracy", sums["replaced_correct"], sums["replaced_count"])
         update("original_accuracy", sums["original_correct"], sums["original_count"])
         update("replaced_share", sums["replaced_count"], sums["token_count"])
+        # The discriminator against the best constant guess, the share of replaced tokens, whose loss is that share's
+        # binary entropy: 0 for a discriminator that learned nothing from the context.
+        share = tf.math.divide_no_nan(sums["replaced_count"], sums["token_count"])
+        constant_guess = -tf.math.xlogy(share, share) - tf.math.xlogy(1.0 - share, 1.0 - share)
+        update("nats_beyond_prior", constant_guess * sums["token_count"] - sums["discriminator_cross_entropy"],
+               sums["token_count"])
         loss = (sums["generator_cross_entropy"] / counts[0]
                 + self.discriminator_weight * sums["discriminator_cross_entropy"] / counts[1])
         replica_loss = tf.distribute.get_replica_context().all_reduce("sum", loss)

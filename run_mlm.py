@@ -428,13 +428,22 @@ def weights_fingerprint(*models):
 
 
 def warn_if_nothing_learned_from_context(results):
-    """Below a tenth of a nat, the model has learned token frequencies and next to nothing from the context."""
-    beyond = results.get("final_eval", {}).get("nats_beyond_frequency")
+    """Below a tenth of a nat at <mask> (a masked LM), or a fiftieth per token (an ELECTRA discriminator, whose
+    constant guess costs about 0.4 nats), the model has learned next to nothing from the context."""
+    final = results.get("final_eval", {})
+    beyond = final.get("nats_beyond_frequency")
     if beyond is not None and beyond < 0.1:
         logger.warning("At <mask> positions, the model predicts tokens %s a table of token frequencies does "
                        "(%+.3f nats): it has learned next to nothing from the context yet. Train longer, or with "
                        "another recipe (learning rate, batch size, masking rate).",
                        "worse than" if beyond < 0 else "barely better than", beyond)
+    beyond = final.get("nats_beyond_prior")
+    if beyond is not None and beyond < 0.02:
+        logger.warning("The discriminator tells replaced tokens from original ones %s a constant guess of their "
+                       "share does (%+.3f nats per token): it has learned next to nothing from the context yet, and "
+                       "fine-tuned, its encoder does worse than random weights. A small model can stay there for "
+                       "thousands of steps (benchmarks/README.md, ELECTRA); a masked LM (--objective mlm) learns "
+                       "from the context sooner.", "worse than" if beyond < 0 else "barely better than", beyond)
 
 
 def save_config(output_dir, config, tokenizer, generator_config=None):
@@ -515,7 +524,8 @@ only those whose input was `<mask>`, for the model and for a table of the traini
 ELECTRA_METRICS = """The generator's `generator_loss` and `generator_accuracy` at the masked positions; the
 discriminator's `discriminator_loss` and `discriminator_accuracy` over every real token, its accuracy on the tokens
 the generator replaced (`replaced_accuracy`) and on the others (`original_accuracy`); `replaced_share`, the share of
-tokens replaced; `loss`, the generator's loss plus the weighted discriminator's."""
+tokens replaced; `nats_beyond_prior`, how much lower the discriminator's loss is than that of a constant guess of that
+share (0: nothing learned from the context); `loss`, the generator's loss plus the weighted discriminator's."""
 
 
 # ----------------------------------------------------------------------------------------------------------------

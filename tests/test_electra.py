@@ -127,6 +127,35 @@ def test_the_step_compiled_with_xla_computes_the_same_gradients():
         {name: float(value) for name, value in expected_sums.items()}, rel=1e-4)
 
 
+def test_nats_beyond_prior_is_the_loss_of_a_constant_guess_of_the_share_replaced_less_the_discriminators():
+    trainer = ElectraTrainer(*build_pair(ElectraConfig(vocab_size=50, **TINY)))
+    sums = {name: tf.constant(0.0) for name in ("generator_cross_entropy", "generator_correct", "discriminator_correct",
+                                                "replaced_correct", "original_correct", "original_count",
+                                                "masked_count")}
+    # 20 of 100 tokens replaced: the constant guess of 0.2 costs 0.5004 nats per token; the discriminator 0.3.
+    sums.update(token_count=tf.constant(100.0), replaced_count=tf.constant(20.0),
+                discriminator_cross_entropy=tf.constant(30.0))
+    metrics = trainer._update_metrics(sums, tf.constant([1.0, 100.0]))
+    assert float(metrics["nats_beyond_prior"]) == pytest.approx(-0.2 * np.log(0.2) - 0.8 * np.log(0.8) - 0.3)
+    # A batch with nothing replaced: the constant guess is exact, and a loss above it is below 0.
+    sums.update(replaced_count=tf.constant(0.0), discriminator_cross_entropy=tf.constant(10.0))
+    trainer.reset_metrics()
+    assert float(trainer._update_metrics(sums, tf.constant([1.0, 100.0]))["nats_beyond_prior"]) == \
+        pytest.approx(-0.1)
+
+
+def test_a_model_that_learned_nothing_from_the_context_is_told_so_at_the_end(caplog):
+    from run_mlm import warn_if_nothing_learned_from_context
+
+    for final, said in (({"nats_beyond_frequency": 0.05}, "barely better than a table of token frequencies"),
+                        ({"nats_beyond_frequency": 0.5}, None),
+                        ({"nats_beyond_prior": -0.004}, "worse than a constant guess of their share"),
+                        ({"nats_beyond_prior": 0.06}, None)):
+        caplog.clear()
+        warn_if_nothing_learned_from_context({"final_eval": final})
+        assert (said in caplog.text) if said else not caplog.text, final
+
+
 def sums_count(batch):
     return float(tf.reduce_sum(tf.cast(batch["labels"] != -100, tf.float32)))
 
@@ -212,6 +241,7 @@ def test_electra_run_resumes_saves_both_networks_exports_and_fine_tunes(shards_d
     assert 0 < final["replaced_share"] < 0.15  # At most the 15 % masked, less those sampled as the original.
     assert final["discriminator_loss"] < before["discriminator_loss"]
     assert final["loss"] == pytest.approx(final["generator_loss"] + 50 * final["discriminator_loss"], rel=0.05)
+    assert "nats_beyond_prior" in final and "The discriminator tells replaced tokens from original ones" in second.stderr
 
     # What a user keeps: the discriminator, and beside it the generator, a fill-mask model of its own, their
     # embeddings the same; each with a PyTorch copy whose weights load back into the same model.
@@ -278,7 +308,8 @@ def test_two_cpu_replicas_with_gradient_accumulation_and_bfloat16(shards_dir, to
     results = json.loads((model_dir / "training_results.json").read_text())
     assert results["step"] == 3 and results["saved_model_step"] == 3
     final = results["final_train"]  # The last step's metrics.
-    assert all(np.isfinite(value) and value >= 0 for value in final.values()), final
+    assert all(np.isfinite(value) for value in final.values()), final
+    assert all(value >= 0 for name, value in final.items() if name != "nats_beyond_prior"), final  # It can be < 0.
     assert 0 < final["replaced_share"] < 0.15 and 0 < final["discriminator_accuracy"] <= 1
     # The loss is the generator's plus 50 times the discriminator's, whatever the replicas and micro-batches.
     assert final["loss"] == pytest.approx(final["generator_loss"] + 50 * final["discriminator_loss"], rel=0.05)
