@@ -30,6 +30,7 @@ import argparse
 import dataclasses
 import hashlib
 import logging
+import math
 import os
 import sys
 import time
@@ -428,8 +429,8 @@ def weights_fingerprint(*models):
 
 
 def warn_if_nothing_learned_from_context(results):
-    """Below a tenth of a nat at <mask> (a masked LM), or a fiftieth per token (an ELECTRA discriminator, whose
-    constant guess costs about 0.4 nats), the model has learned next to nothing from the context."""
+    """Below a tenth of a nat at <mask> (a masked LM), or a tenth of the loss of a constant guess (an ELECTRA
+    discriminator), the model has learned next to nothing from the context."""
     final = results.get("final_eval", {})
     beyond = final.get("nats_beyond_frequency")
     if beyond is not None and beyond < 0.1:
@@ -437,13 +438,17 @@ def warn_if_nothing_learned_from_context(results):
                        "(%+.3f nats): it has learned next to nothing from the context yet. Train longer, or with "
                        "another recipe (learning rate, batch size, masking rate).",
                        "worse than" if beyond < 0 else "barely better than", beyond)
-    beyond = final.get("nats_beyond_prior")
-    if beyond is not None and beyond < 0.02:
-        logger.warning("The discriminator tells replaced tokens from original ones %s a constant guess of their "
-                       "share does (%+.3f nats per token): it has learned next to nothing from the context yet, and "
-                       "fine-tuned, its encoder does worse than random weights. A small model can stay there for "
-                       "thousands of steps (benchmarks/README.md, ELECTRA); a masked LM (--objective mlm) learns "
-                       "from the context sooner.", "worse than" if beyond < 0 else "barely better than", beyond)
+    beyond, share = final.get("nats_beyond_prior"), final.get("replaced_share")
+    if beyond is not None and 0 < share < 1:
+        constant_guess = -share * math.log(share) - (1 - share) * math.log(1 - share)
+        if beyond < 0.1 * constant_guess:
+            logger.warning("The discriminator tells replaced tokens from original ones %s a constant guess of their "
+                           "share does (%+.3f nats per token, %.0f %% of the guess's loss): it has learned next to "
+                           "nothing from the context yet, and fine-tuned, its encoder does worse than random weights. "
+                           "A small model can stay there for thousands of steps (benchmarks/README.md, ELECTRA); a "
+                           "masked LM (--objective mlm) learns from the context sooner.",
+                           "worse than" if beyond < 0 else "barely better than", beyond,
+                           100 * beyond / constant_guess)
 
 
 def save_config(output_dir, config, tokenizer, generator_config=None):
