@@ -99,8 +99,9 @@ class ElectraTrainer(keras.Model):
     `discriminator_accuracy` over the real tokens, and the accuracy on the replaced ones (`replaced_accuracy`) and
     the original ones (`original_accuracy`); `replaced_share`, the share of real tokens the generator replaced;
     `nats_beyond_prior`, how much lower the discriminator's loss is than that of a constant guess of that share (0:
-    nothing learned from the context); `loss`, the sum that trains. Sampling is stateless: from `seed` and the step in training, from the batch
-    itself in evaluation, whose masks are fixed (masked_lm.make_dataset), so that its figures compare across rounds.
+    nothing learned from the context); `loss`, the sum that trains. Sampling is stateless: from `seed` and the step
+    in training, from the batch itself in evaluation, whose masks are fixed (masked_lm.make_dataset), so that its
+    figures compare across rounds.
 
     `trained_variables` are the trainable variables of both networks, the shared embeddings once.
     """
