@@ -119,7 +119,7 @@ def main(args):
         train(trainer, training_data, eval_data, plan, start_step, stopper, round_end)
     stopper.finish(int(trainer.optimizer.iterations.numpy()))  # Exits after a stop signal or a NaN loss.
 
-    logger.info("Weights fingerprint: %s", weights_fingerprint(*networks(trainer)))  # The same on every host.
+    logger.info("Weights fingerprint: %s", weights_fingerprint(*trainer.networks.values()))  # The same on every host.
     warn_if_nothing_learned_from_context(results)
     if is_chief:
         save_model(args, trainer, tokenizer, config, results, plan)
@@ -397,11 +397,6 @@ def fit_calls(start_step, total_steps, round_steps):
 # What it saves
 
 
-def networks(trainer):
-    """The models a trainer trains: its masked LM, or ELECTRA's discriminator and generator."""
-    return list(trainer.networks.values())
-
-
 def unique_weights(*models):
     """The weights of `models`, each once: ELECTRA's discriminator and generator share their embeddings."""
     seen = set()
@@ -410,7 +405,7 @@ def unique_weights(*models):
 
 
 def count_parameters(trainer):
-    return sum(int(weight.shape.num_elements()) for weight in unique_weights(*networks(trainer)))
+    return sum(int(weight.shape.num_elements()) for weight in unique_weights(*trainer.networks.values()))
 
 
 def describe_model(config, generator_config):
@@ -472,7 +467,7 @@ def save_model(args, trainer, tokenizer, config, results, plan):
     --hub_model_id); then, in training_results.json, the step it was saved at: the run is finished."""
     from run_folder import OutputDirLease
 
-    step, model = int(trainer.optimizer.iterations.numpy()), networks(trainer)[0]
+    step, model = int(trainer.optimizer.iterations.numpy()), trainer.networks["model"]
     electra = args.objective == "electra"
     results.record(step=step, model_type=config.model_type, vocab_size=config.vocab_size,
                    train_samples=plan.train_samples)
