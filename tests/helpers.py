@@ -100,9 +100,20 @@ def run_main(script, *args, expect_failure=False):
 @contextlib.contextmanager
 def _process_end_at_the_runs_end():
     """What the script registers with atexit for its process's end (releasing its claim on --output_dir, removing
-    temporary copies) runs when the run ends, as that end would: a later run in this process finds the folder free."""
+    temporary copies) runs when the run ends, as that end would: a later run in this process finds the folder free.
+    What a library registers as it is first imported during the run stays for the real end of the process: h5py's
+    handler unregisters its type conversions, and h5py could read no file after it."""
     at_exit, register = [], atexit.register
-    atexit.register = lambda function, *args, **kwargs: at_exit.append((function, args, kwargs)) or function
+    project_modules = {path.stem for path in REPO.glob("*.py")}
+
+    def register_for_the_runs_end(function, *args, **kwargs):
+        if sys._getframe(1).f_globals.get("__name__") in project_modules:  # Called by the scripts' own code.
+            at_exit.append((function, args, kwargs))
+        else:
+            register(function, *args, **kwargs)
+        return function
+
+    atexit.register = register_for_the_runs_end
     try:
         yield
     finally:
