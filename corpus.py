@@ -10,7 +10,7 @@ from utils import UserError, exists, is_gcs_path, open_file, positive_int
 
 
 # Which 🤗 Datasets builder reads a file, by its extension: the one format detection of the scripts.
-FILE_BUILDERS = {".txt": "text", ".text": "text", ".csv": "csv", ".json": "json", ".jsonl": "json",
+FILE_BUILDERS = {".txt": "text", ".text": "text", ".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json",
                  ".parquet": "parquet"}
 
 

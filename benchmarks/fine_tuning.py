@@ -92,25 +92,25 @@ def linear_probe_accuracy(train_x, train_y, test_x, test_y, num_labels, seed):
 
 def probe(args, train, test):
     """{(weights, features): [test accuracy per seed]} for pre-trained and random weights, `<s>` and mean, given
-    the (texts, labels) of the train and test splits."""
+    the tasks.Examples of the train and test splits."""
     from transformers import AutoConfig, AutoTokenizer, TFAutoModel
-    from run_classification import sample_per_label
+    from tasks import sample_per_label
     from devices import set_seed
 
-    label_names = sorted(set(train[1]))
+    label_names = sorted(set(train.labels))
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     label2id = {label: i for i, label in enumerate(label_names)}
-    test_y = np.array([label2id[label] for label in test[1]])
+    test_y = np.array([label2id[label] for label in test.labels])
     results = {}
     for weights in ("pre-trained", "random"):
         for seed in args.seeds:
             set_seed(seed)
             encoder = (TFAutoModel.from_pretrained(args.model) if weights == "pre-trained"
                        else TFAutoModel.from_config(AutoConfig.from_pretrained(args.model)))
-            sample = sample_per_label(train[1], args.examples_per_label, seed)
-            train_x = encoder_features(encoder, tokenizer, [train[0][i] for i in sample], args.max_length)
-            train_y = np.array([label2id[train[1][i]] for i in sample])
-            test_x = encoder_features(encoder, tokenizer, test[0], args.max_length)
+            sample = train.subset(sample_per_label(train.labels, args.examples_per_label, seed))
+            train_x = encoder_features(encoder, tokenizer, sample.texts, args.max_length)
+            train_y = np.array([label2id[label] for label in sample.labels])
+            test_x = encoder_features(encoder, tokenizer, test.texts, args.max_length)
             hidden = train_x.shape[1] // 2
             for name, columns in (("<s>", slice(0, hidden)), ("mean", slice(hidden, None))):
                 accuracy = linear_probe_accuracy(train_x[:, columns], train_y, test_x[:, columns], test_y,
@@ -167,10 +167,12 @@ def compare_fine_tuning(args, folder):
 
 
 def main(args):
-    from run_classification import load_splits, parse_args as parse_classification_args
+    from run_classification import parse_args as parse_classification_args
+    from tasks import load_splits, task_of_flags
 
     # The data flags, checked and read as run_classification.py does.
-    splits = load_splits(parse_classification_args(["--model_name_or_path", args.model, *args.data_flags]))
+    classification_args = parse_classification_args(["--model_name_or_path", args.model, *args.data_flags])
+    splits = load_splits(classification_args, task_of_flags(classification_args))
     if "test" not in splits:
         raise SystemExit("error: both measurements score on a test split, and the data has none: add --test_file.")
     print(describe_machine())

@@ -103,9 +103,12 @@ def tensorflow_logits(model_class, folder, texts):
 
 
 def tokenize(folder, texts):
+    """The tokenizer's inputs of texts, or of pairs given as [text, text_pair] lists (test_glue.py's)."""
     from transformers import AutoTokenizer
 
-    return dict(AutoTokenizer.from_pretrained(folder)(texts, padding=True, return_tensors="np"))
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    pairs = [texts] if isinstance(texts[0], str) else [[text for text, _ in texts], [pair for _, pair in texts]]
+    return dict(tokenizer(*pairs, padding=True, return_tensors="np"))
 
 
 MODELS = {"masked LM": ("TFAutoModelForMaskedLM", MLM_TEXTS, masked_lm_logits),
@@ -214,7 +217,8 @@ def test_what_is_neither_a_model_nor_a_run_is_refused(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-# What Transformers 5 answers, run in PYTORCH_PYTHON: for each model, its loading report, logits and pipeline answers.
+# What Transformers 5 answers, run in PYTORCH_PYTHON: for each model, its loading report, logits and pipeline answers;
+# the texts may be pairs, [text, text_pair] lists.
 TRANSFORMERS_5 = """
 import importlib.util, json, sys
 import torch, transformers
@@ -223,12 +227,15 @@ from transformers import AutoTokenizer, pipeline
 answers = {"tensorflow": importlib.util.find_spec("tensorflow") is not None, "version": transformers.__version__}
 for name, model_class, task, folder, texts in json.loads(sys.argv[1]):
     model, report = getattr(transformers, model_class).from_pretrained(folder + "/pytorch", output_loading_info=True)
-    inputs = AutoTokenizer.from_pretrained(folder + "/pytorch")(texts, padding=True, return_tensors="pt")
+    pairs = not isinstance(texts[0], str)
+    tokenizer_inputs = [[text for text, _ in texts], [pair for _, pair in texts]] if pairs else [texts]
+    inputs = AutoTokenizer.from_pretrained(folder + "/pytorch")(*tokenizer_inputs, padding=True, return_tensors="pt")
     with torch.no_grad():
         logits = model(**inputs).logits
+    pipeline_inputs = [dict(text=text, text_pair=pair) for text, pair in texts] if pairs else texts
+    run = pipeline(task, model=folder, model_kwargs=dict(subfolder="pytorch"))
     answers[name] = dict(report={key: list(value) for key, value in report.items()}, logits=logits.tolist(),
-                         dtype=str(model.dtype),
-                         pipeline=pipeline(task, model=folder, model_kwargs=dict(subfolder="pytorch"))(texts))
+                         dtype=str(model.dtype), pipeline=run(pipeline_inputs))
 json.dump(answers, sys.stdout)
 """
 

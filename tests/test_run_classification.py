@@ -9,8 +9,8 @@ import pytest
 
 from classifier import evaluation_dataset
 from helpers import REPO, assert_entry_point_error, run_main, run_script, unfinished_copy
-from run_classification import classification_metrics, load_splits, sample_per_label, stratified_split
 from run_folder import last_checkpoint
+from tasks import Examples, Task, evaluation_metrics, load_splits, sample_per_label, stratified_split
 from utils import UserError
 
 BANKING77 = REPO / "tests" / "data" / "banking77"
@@ -158,23 +158,26 @@ def test_class_label_columns_give_label_names(tmp_path):
                                   "label": datasets.ClassLabel(names=["card_arrival", "exchange_rate"])})
     datasets.Dataset.from_dict({"text": ["where is my card", "euro rate?", "rate today"], "label": [0, 1, 1]},
                                features=features).to_parquet(tmp_path / "train.parquet")
-    expected = {"train": (["where is my card", "euro rate?", "rate today"],
-                          ["card_arrival", "exchange_rate", "exchange_rate"])}
+    expected = {"train": Examples(["where is my card", "euro rate?", "rate today"], None,
+                                  ["card_arrival", "exchange_rate", "exchange_rate"], [0, 1, 2])}
     args = argparse.Namespace(train_file=None, validation_file=None, test_file=None, dataset_name=None,
-                              dataset_config=None, text_column="text", label_column="label")
-    assert load_splits(argparse.Namespace(**{**vars(args), "train_file": str(tmp_path / "train.parquet")})) == expected
-    assert load_splits(argparse.Namespace(**{**vars(args), "dataset_name": str(tmp_path)})) == expected
+                              dataset_config=None, task_name=None)
+    task = Task(text_column="text", label_column="label")
+    assert load_splits(argparse.Namespace(**{**vars(args), "train_file": str(tmp_path / "train.parquet")}),
+                       task) == expected
+    assert load_splits(argparse.Namespace(**{**vars(args), "dataset_name": str(tmp_path)}), task) == expected
 
 
 @pytest.mark.fast
 def test_classification_metrics():
     names = ["x", "y", "z"]
-    metrics = classification_metrics(np.array([0, 0, 1, 1, 2]), np.array([0, 1, 1, 1, 0]), names,
-                                     train_label_ids=np.array([1, 1, 0]))
-    assert metrics["accuracy"] == pytest.approx(3 / 5)
+    metrics = evaluation_metrics(Task("text", "label"), np.array([0, 0, 1, 1, 2]), np.array([0, 1, 1, 1, 0]),
+                                 train_targets=np.array([1, 1, 0]), label_names=names)
+    assert metrics["accuracy"] == metrics["score"] == pytest.approx(3 / 5)
     # F1: x 2·1/(2+2) = 0.5, y 2·2/(2+3) = 0.8, z 0.
     assert metrics["macro_f1"] == pytest.approx((0.5 + 0.8 + 0) / 3)
-    assert metrics["majority_class_accuracy"] == pytest.approx(2 / 5)  # Always "y", the most frequent in training.
+    assert metrics["majority_class_accuracy"] == metrics["majority_class_score"] == pytest.approx(2 / 5)  # Always "y",
+    # the most frequent in training.
     assert [c["label"] for c in metrics["worst_classes"]] == ["z", "x", "y"]
     assert metrics["most_confused"] == [{"label": "x", "predicted": "y", "count": 1},
                                         {"label": "z", "predicted": "x", "count": 1}]
@@ -227,7 +230,8 @@ def assert_fails(args, *messages, run=run_main):
 @pytest.mark.fast
 def test_bad_data(pretrained_model_dir, tmp_path):
     args = fine_tune_args(pretrained_model_dir, tmp_path / "model")
-    assert_fails([*args, "--label_column", "intent"], "the train data has no column 'intent'",
+    assert_fails([*args, "--label_column", "intent"],
+                 f"the train file '{BANKING77 / 'train.csv'}' has no column 'intent'",
                  "['text', 'category']", "--label_column")
     nowhere = tmp_path / "nowhere.csv"
     result = assert_fails([*args, "--test_file", nowhere], f"the test file '{nowhere}' does not exist", run=run_script)
@@ -245,7 +249,7 @@ def test_bad_data(pretrained_model_dir, tmp_path):
     assert_fails([*args, "--examples_per_label", 19], "has 18 training examples (after the validation split), "
                  "fewer than --examples_per_label 19")
     unlabeled = write_csv(tmp_path / "unlabeled.csv", [("where is my card", ""), ("hi", " ")])
-    assert_fails([*args, "--test_file", unlabeled], "the test data has no label in any of its 2 rows",
+    assert_fails([*args, "--test_file", unlabeled], f"the test file '{unlabeled}' has no label in any of its 2 rows",
                  "its column 'category' is empty")
 
 

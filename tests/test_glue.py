@@ -1,0 +1,301 @@
+"""run_classification.py on GLUE's tasks (--task_name, --data_dir) and on any data of sentence pairs or numbers:
+GLUE's files read as its download script writes them, each task's metrics against hand-computed values, the scores
+of eval_results.json recomputed from the predictions written beside it, GLUE's submission layout for a test file,
+the saved pair classifier and regressor in TensorFlow's pipeline (and, with PYTORCH_PYTHON, in Transformers 5 with
+PyTorch), and bad input."""
+
+import argparse
+import csv
+import functools
+import json
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from helpers import REPO, run_main
+from tasks import GLUE_TASKS, Examples, encode, evaluation_metrics, load_splits, score_predictions
+from test_export_model import TRANSFORMERS_5, same_answers, tensorflow_logits
+
+GLUE = REPO / "tests" / "data" / "glue"
+FOLDERS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "rte": "RTE"}
+BANKING77 = REPO / "tests" / "data" / "banking77"
+
+
+def read_tsv(path, header=True):
+    """The rows of a GLUE file as dicts (lists without a header), read here with the csv module, quoting off."""
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        reader = (csv.DictReader if header else csv.reader)(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        return list(reader)
+
+
+def task_args(task_name, data_dir):
+    return argparse.Namespace(task_name=task_name, data_dir=str(data_dir), train_file=None)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("task_name", FOLDERS)
+def test_each_glue_task_reads_its_files_as_the_download_script_writes_them(task_name):
+    task = GLUE_TASKS[task_name]
+    splits = load_splits(task_args(task_name, GLUE / FOLDERS[task_name]), task)
+    assert sorted(splits) == ["train", "validation"]
+    for split, file in (("train", "train.tsv"), ("validation", "dev.tsv")):
+        examples = splits[split]
+        rows = read_tsv(GLUE / FOLDERS[task_name] / file, header=task_name != "cola")
+        if task_name == "cola":  # No header line: source, label, original mark, sentence.
+            rows = [dict(zip(task.headerless_columns, row)) for row in rows]
+        assert len(examples) == len(rows) == (40 if split == "train" else 20)
+        assert examples.rows == list(range(len(rows)))
+        assert examples.texts == [row[task.text_column] for row in rows]
+        assert examples.text_pairs == (None if task.text_pair_column is None else
+                                       [row[task.text_pair_column] for row in rows])
+        labels = [row[task.label_column] for row in rows]
+        assert examples.labels == ([float(label) for label in labels] if task.regression else labels)
+        assert task.regression or set(labels) <= set(task.label_names)
+    if task_name == "rte":  # Row 2164's lone double quote stays a character of its text, the rows after it rows.
+        assert splits["train"].texts[-1].startswith('"That film wasn\'t too successful')
+
+
+def write_tsv(path, header, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join("\t".join(map(str, row)) + "\n" for row in [header, *rows]), encoding="utf-8")
+
+
+@pytest.mark.fast
+def test_mnli_has_two_dev_sets_and_test_files_are_data_to_predict(tmp_path):
+    # MNLI's layout (its files are too large to ship): the matched and mismatched dev sets, and its two test files.
+    header = ["index", "genre", "sentence1", "sentence2", "gold_label"]
+    labels = ["entailment", "neutral", "contradiction"]
+    for name, rows in (("train", 6), ("dev_matched", 3), ("dev_mismatched", 4)):
+        write_tsv(tmp_path / f"{name}.tsv", header, [[i, "fiction", f"premise {i}", f"hypothesis {i}", labels[i % 3]]
+                                                     for i in range(rows)])
+    write_tsv(tmp_path / "test_matched.tsv", header[:-1], [[i, "fiction", f"p {i}", f"h {i}"] for i in range(2)])
+    splits = load_splits(task_args("mnli", tmp_path), GLUE_TASKS["mnli"])
+    assert {split: len(examples) for split, examples in splits.items()} == {
+        "train": 6, "validation": 3, "validation_mismatched": 4, "test": 2}
+    assert splits["test"].labels is None and splits["test"].text_pairs == ["h 0", "h 1"]
+    assert splits["validation_mismatched"].labels == ["entailment", "neutral", "contradiction", "entailment"]
+
+
+@pytest.mark.fast
+def test_glue_metrics_against_hand_computed_values():
+    def score(task_name, true, predicted):
+        return score_predictions(GLUE_TASKS[task_name], np.array(true), np.array(predicted))
+
+    true, predicted = [1, 1, 1, 0, 0, 1], [1, 0, 1, 0, 1, 1]  # TP 3, FN 1, TN 1, FP 1.
+    # Matthews: (TP·TN − FP·FN) / √((TP+FP)(TP+FN)(TN+FP)(TN+FN)) = (3 − 1) / √(4·4·2·2) = 0.25.
+    assert score("cola", true, predicted) == pytest.approx({"matthews_correlation": 0.25, "score": 0.25})
+    # F1 of the label 1: precision 3/4, recall 3/4; accuracy 4/6; the score is their mean.
+    assert score("mrpc", true, predicted) == pytest.approx({"f1": 0.75, "accuracy": 4 / 6,
+                                                            "score": (0.75 + 4 / 6) / 2})
+    assert score("rte", true, predicted) == pytest.approx({"accuracy": 4 / 6, "score": 4 / 6})
+    # Pearson of [1, 2, 3, 4] and [1, 3, 2, 4]: Σ dx·dy / √(Σ dx² Σ dy²) = 4 / 5. Spearman of [1, 2, 2, 3] (ranks 1,
+    # 2.5, 2.5, 4: ties share their mean rank) and [.1, .4, .3, .9] (ranks 1, 3, 2, 4): 4.5 / √(4.5 · 5) = √0.9.
+    assert score("stsb", [1, 2, 3, 4], [1, 3, 2, 4])["pearson"] == pytest.approx(0.8)
+    assert score("stsb", [1, 2, 2, 3], [.1, .4, .3, .9])["spearman"] == pytest.approx(0.9 ** 0.5)
+    # The trivial baselines: always the majority training label (1 here), always the training mean.
+    def evaluate(task_name):
+        return evaluation_metrics(GLUE_TASKS[task_name], np.array(true), np.array(predicted),
+                                  train_targets=np.array([1, 1, 0]), label_names=["0", "1"])
+
+    cola, mrpc = evaluate("cola"), evaluate("mrpc")
+    assert cola["majority_class_score"] == 0 and cola["majority_class_accuracy"] == pytest.approx(4 / 6)
+    assert mrpc["majority_class_score"] == pytest.approx((2 * 4 / 6 / (1 + 4 / 6) + 4 / 6) / 2)  # F1 = 2p / (1 + p).
+    stsb = evaluation_metrics(GLUE_TASKS["stsb"], np.array([1., 3.]), np.array([1.5, 4.]), np.array([0., 4.]), None)
+    assert stsb["mean_squared_error"] == (0.5 ** 2 + 1) / 2 and stsb["mean_prediction_mean_squared_error"] == 1
+    # Constant predictions say nothing of the order: a correlation of 0 (SciPy: undefined), as Matthews' is then.
+    assert score("stsb", [1, 2, 3], [2, 2, 2]) == {"pearson": 0, "spearman": 0, "score": 0}
+
+
+@pytest.mark.fast
+def test_a_pair_is_encoded_as_the_tokenizers_pair_the_longer_text_cut_first(tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    long_text, short_text = "The game was released in Japan in 2011 , and in the United States later .", "A game ."
+    examples = Examples([long_text], [short_text], ["1"], [0])
+    features, targets = encode(tokenizer, examples, ["0", "1"], max_length=16)
+    tokens = tokenizer.convert_ids_to_tokens(features["input_ids"][0])
+    short_tokens = tokenizer.tokenize(short_text)
+    # <s> the first text, cut to fit </s></s> the second, whole </s>: the pair of the tokenizer, 16 tokens.
+    assert tokens == ["<s>", *tokenizer.tokenize(long_text)[:16 - 4 - len(short_tokens)], "</s>", "</s>",
+                      *short_tokens, "</s>"]
+    assert targets.tolist() == [1] and features["attention_mask"].sum() == 16
+
+
+def glue_copy(task_name, tmp_path, test_file=False):
+    """A copy of the task's folder in tests/data/glue; with `test_file`, a test.tsv of GLUE's layout beside it: the dev
+    rows without their label, numbered from 0 by an index column, as GLUE's test files are."""
+    folder = tmp_path / FOLDERS[task_name]
+    shutil.copytree(GLUE / FOLDERS[task_name], folder)
+    if test_file:
+        task = GLUE_TASKS[task_name]
+        columns = [column for column in (task.text_column, task.text_pair_column) if column]
+        write_tsv(folder / "test.tsv", ["index", *columns], [[i, *(row[column] for column in columns)]
+                                                             for i, row in enumerate(read_tsv(folder / "dev.tsv"))])
+    return folder
+
+
+def fine_tune_args(model_dir, output_dir, *data):
+    return ["--model_name_or_path", model_dir, *data, "--max_length", 64, "--per_replica_batch_size", 8,
+            "--learning_rate", 5e-3, "--num_epochs", 3, "--no_tpu", "--output_dir", output_dir]
+
+
+@pytest.fixture(scope="module")
+def glue_model(pretrained_model_dir, tmp_path_factory):
+    """fine_tuned(task_name): the folder of the tiny masked LM fine-tuned on that task (STS-B with a test file), run
+    once per test process."""
+    @functools.cache
+    def fine_tuned(task_name):
+        root = tmp_path_factory.mktemp(task_name)
+        data_dir = glue_copy(task_name, root, test_file=task_name == "stsb")
+        run_main("run_classification.py", *fine_tune_args(pretrained_model_dir, root / "model", "--task_name",
+                                                          task_name, "--data_dir", data_dir))
+        return root / "model"
+    return fine_tuned
+
+
+@pytest.mark.parametrize("task_name", ["stsb", "cola", "mrpc", "rte"])
+def test_each_tasks_scores_recompute_from_the_dev_predictions_written_beside_them(glue_model, task_name):
+    output_dir = glue_model(task_name)
+    results = json.loads((output_dir / "eval_results.json").read_text())
+    task = GLUE_TASKS[task_name]
+    validation = results["validation"]
+    assert results["task_name"] == task_name and validation["num_examples"] == 20
+    # One prediction per dev example, in the file's order, with its label: the file's own.
+    dev_rows = read_tsv(GLUE / FOLDERS[task_name] / "dev.tsv", header=task_name != "cola")
+    dev_labels = [row[1] for row in dev_rows] if task_name == "cola" else [row[task.label_column] for row in dev_rows]
+    predictions = read_tsv(output_dir / "validation_predictions.tsv")
+    assert [row["index"] for row in predictions] == [str(i) for i in range(20)]
+    assert [row["label"] for row in predictions] == [
+        f"{float(label):.9g}" if task.regression else label for label in dev_labels]
+    # The task's metrics, recomputed here from the predictions and the dev file: scikit-learn and SciPy directly.
+    from scipy import stats
+    from sklearn import metrics
+
+    if task.regression:
+        true, predicted = np.array(dev_labels, float), np.array([float(row["prediction"]) for row in predictions])
+        expected = {"pearson": stats.pearsonr(true, predicted)[0], "spearman": stats.spearmanr(true, predicted)[0]}
+    else:
+        true, predicted = np.array(dev_labels), np.array([row["prediction"] for row in predictions])
+        expected = {"matthews_correlation": lambda: metrics.matthews_corrcoef(true, predicted),
+                    "f1": lambda: metrics.f1_score(true, predicted, pos_label="1", zero_division=0.0),
+                    "accuracy": lambda: metrics.accuracy_score(true, predicted)}
+        expected = {name: expected[name]() for name in task.metrics}
+    for name in task.metrics:
+        assert validation[name] == pytest.approx(expected[name], abs=1e-6), name
+    assert validation["score"] == pytest.approx(np.mean([validation[name] for name in task.metrics]))
+    # The kept epoch is the best by the task's score, which the history logged after each epoch.
+    assert validation["score"] == pytest.approx(max(results["history"]["val_score"]), abs=1e-6)
+    assert results["history"]["val_score"][results["best_epoch"] - 1] == max(results["history"]["val_score"])
+    assert all(len(results["history"][f"val_{name}"]) == 3 for name in task.metrics)
+
+
+def test_a_regression_learns_and_predicts_glues_test_file_in_its_submission_layout(glue_model):
+    output_dir = glue_model("stsb")
+    results = json.loads((output_dir / "eval_results.json").read_text())
+    assert results["regression"] and "accuracy" not in results["history"]
+    assert results["history"]["loss"][-1] < 0.8 * results["history"]["loss"][0]  # The squared error falls.
+    # GLUE's submission file: index and prediction, every test row in order, no label; no other test results.
+    submission = read_tsv(output_dir / "STS-B.tsv")
+    assert list(submission[0]) == ["index", "prediction"] and [row["index"] for row in submission] == [
+        str(i) for i in range(20)]
+    assert "test" not in results and not (output_dir / "test_predictions.tsv").exists()
+    config = json.loads((output_dir / "config.json").read_text())
+    assert config["problem_type"] == "regression" and config["id2label"] == {"0": "LABEL_0"}
+    # The same rows through the saved model, one pair at a time: the predictions of the file.
+    from transformers import pipeline
+
+    regressor = pipeline("text-classification", model=str(output_dir), framework="tf", dtype=None)
+    dev_rows = read_tsv(GLUE / "STS-B" / "dev.tsv")[:3]
+    answers = regressor([{"text": row["sentence1"], "text_pair": row["sentence2"]} for row in dev_rows])
+    assert [answer["label"] for answer in answers] == ["LABEL_0"] * 3
+    assert [answer["score"] for answer in answers] == pytest.approx(
+        [float(row["prediction"]) for row in submission[:3]], abs=1e-4)
+
+
+def test_pairs_from_json_lines_train_with_text_and_text_pair_columns(pretrained_model_dir, tmp_path):
+    rows = read_tsv(GLUE / "RTE" / "train.tsv")
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps({"premise": row["sentence1"], "hypothesis": row["sentence2"],
+                                         "entails": row["label"]}) + "\n" for row in rows))
+    output_dir = tmp_path / "model"
+    result = run_main("run_classification.py", *fine_tune_args(
+        pretrained_model_dir, output_dir, "--train_file", train, "--text_column", "premise", "--text_pair_column",
+        "hypothesis", "--label_column", "entails"), "--num_epochs", 1)
+    assert "Data: 2 labels; train 36 examples, validation 4 examples" in result.stderr  # 10 % of each label held out.
+    results = json.loads((output_dir / "eval_results.json").read_text())
+    assert results["num_labels"] == 2 and results["validation"]["num_examples"] == 4
+    # The held-out rows, in the training file's order, by their row in it.
+    predictions = read_tsv(output_dir / "validation_predictions.tsv")
+    assert [rows[int(row["index"])]["label"] for row in predictions] == [row["label"] for row in predictions]
+
+    from transformers import pipeline
+
+    classify = pipeline("text-classification", model=str(output_dir), framework="tf", dtype=None)
+    answer = classify({"text": rows[0]["sentence1"], "text_pair": rows[0]["sentence2"]})
+    assert answer["label"] in ("entailment", "not_entailment") and 0.5 <= answer["score"] <= 1
+
+
+def assert_refused(args, *messages, status=1):
+    result = run_main("run_classification.py", *args, expect_failure=True)
+    assert result.returncode == status
+    for message in messages:
+        assert message in result.stderr, result.stderr[-3000:]
+    assert "Model:" not in result.stderr and "Traceback" not in result.stderr  # Before building the model.
+
+
+@pytest.mark.fast
+def test_bad_glue_and_pair_input(pretrained_model_dir, tmp_path):
+    model = ["--model_name_or_path", pretrained_model_dir, "--no_tpu", "--output_dir", tmp_path / "model"]
+    assert_refused([*model, "--task_name", "glue", "--data_dir", GLUE],
+                   "argument --task_name: invalid choice: 'glue'", "cola,sst2,mrpc,stsb,qqp,mnli,qnli,rte,wnli",
+                   status=2)
+    assert_refused([*model, "--task_name", "rte"], "--task_name rte reads the task's files from --data_dir", status=2)
+    assert_refused([*model, "--task_name", "RTE", "--data_dir", GLUE / "RTE", "--text_column", "premise"],
+                   "--task_name rte brings its files, columns and labels: leave out --text_column", status=2)
+    assert_refused([*model, "--train_file", BANKING77 / "train.csv", "--data_dir", GLUE],
+                   "--data_dir holds the files of a GLUE task (--task_name)", status=2)
+    assert_refused([*model, "--task_name", "mnli", "--data_dir", GLUE / "RTE"],
+                   f"the folder '{GLUE / 'RTE'}' (--data_dir) has no dev_matched.tsv, dev_mismatched.tsv: --task_name "
+                   "mnli reads train.tsv and dev_matched.tsv and dev_mismatched.tsv")
+    assert_refused([*model, "--task_name", "sst2", "--data_dir", GLUE / "RTE"],
+                   f"the train file '{GLUE / 'RTE' / 'train.tsv'}' has no column 'sentence'",
+                   "Is it the file of GLUE's sst2 from its download script?")
+    banking77 = ["--train_file", BANKING77 / "train.csv", "--label_column", "category"]
+    assert_refused([*model, *banking77, "--text_pair_column", "question"],
+                   "has no column 'question'; its columns are ['text', 'category']",
+                   "Choose one with --text_pair_column.")
+    assert_refused([*model, *banking77, "--regression"], "has a label that is not a number, 'card_arrival' (column "
+                   "'category', row 1): a regression learns numbers")
+    rte = glue_copy("rte", tmp_path)
+    (rte / "dev.tsv").write_text((rte / "dev.tsv").read_text().replace("\tnot_entailment\n", "\tunknown\n", 1))
+    assert_refused([*model, "--task_name", "rte", "--data_dir", rte],
+                   "the validation data has labels that this task does not: ['unknown']; its labels are "
+                   "['entailment', 'not_entailment']")
+
+
+@pytest.mark.skipif(not os.environ.get("PYTORCH_PYTHON"),
+                    reason="needs 🤗 Transformers 5 and PyTorch: `make test-pytorch` builds them and runs it")
+def test_transformers_5_with_pytorch_runs_the_pair_classifier_and_the_regressor_as_tensorflow(glue_model):
+    from transformers import pipeline
+
+    pairs = [[row["sentence1"], row["sentence2"]] for row in read_tsv(GLUE / "RTE" / "dev.tsv")[:3]]
+    models = [(task_name, "AutoModelForSequenceClassification", "text-classification", str(glue_model(task_name)),
+               pairs) for task_name in ("rte", "stsb")]
+    result = subprocess.run([os.environ["PYTORCH_PYTHON"], "-c", TRANSFORMERS_5, json.dumps(models)],
+                            capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, result.stderr[-5000:]
+    answers = json.loads(result.stdout)
+    for task_name, model_class, task, folder, texts in models:
+        pytorch = answers[task_name]
+        assert pytorch["report"] == {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [],
+                                     "error_msgs": []}
+        _, logits = tensorflow_logits("TF" + model_class, folder, texts)
+        assert logits.shape == (3, 1 if task_name == "stsb" else 2)
+        assert np.abs(np.array(pytorch["logits"]) - logits).max() < 1e-4
+        inputs = [{"text": text, "text_pair": pair} for text, pair in texts]
+        tensorflow = pipeline(task, model=folder, framework="tf", dtype=None)(inputs)
+        assert same_answers(pytorch["pipeline"], tensorflow), (pytorch["pipeline"], tensorflow)
