@@ -28,7 +28,6 @@ Example (a small model on a CPU):
 
 import argparse
 import dataclasses
-import hashlib
 import logging
 import math
 import os
@@ -37,8 +36,9 @@ import time
 
 from devices import (Throughput, add_hardware_arguments, check_input_pipeline, check_paths_for_pod, count_hosts,
                      host_addresses, host_index, set_up_training, strategy_name)
-from models import (ARCHITECTURES, check_max_length, load_config, load_pretrained_model, load_tokenizer,
-                    refuse_a_tokenizer_not_the_models, save_model_folder, save_tokenizer, write_model_card)
+from models import (ARCHITECTURES, ELECTRA_GENERATOR, check_max_length, config_overrides, count_parameters,
+                    load_config, load_pretrained_model, load_tokenizer, refuse_a_tokenizer_not_the_models,
+                    save_model_folder, save_tokenizer, weights_fingerprint, write_model_card)
 from shards import MIN_MAX_LENGTH, TOKEN_COUNTS_NAME, damaged_shards_named, find_shards, read_token_counts
 from utils import (UserError, fraction, non_negative_float, non_negative_int, positive_float, positive_int,
                    probability, save_folder)
@@ -89,9 +89,9 @@ def main(args):
     start_step = int(trainer.optimizer.iterations.numpy())
     throughput = Throughput.of(args, config, plan, strategy, on_tpu, generator)
     logger.info("Model: %s with %.1fM parameters, %.4g MFLOP per token to train (LM head at %s); %s",
-                describe_model(config, generator), count_parameters(trainer) / 1e6, throughput.flops_per_token / 1e6,
-                f"{args.max_predictions_per_seq} of {args.max_length} positions" if args.max_predictions_per_seq
-                else "every position", throughput.describe_peak())
+                describe_model(config, generator), count_parameters(*trainer.networks.values()) / 1e6,
+                throughput.flops_per_token / 1e6, f"{args.max_predictions_per_seq} of {args.max_length} positions"
+                if args.max_predictions_per_seq else "every position", throughput.describe_peak())
     if start_step == 0:
         results.clear()  # Nothing of an earlier run that left no checkpoint.
     results.record(global_batch_size=plan.global_batch_size, per_replica_batch_size=args.per_replica_batch_size,
@@ -207,19 +207,6 @@ def distributed_datasets(args, strategy, plan, masking, train_files, eval_files)
 
 # ----------------------------------------------------------------------------------------------------------------
 # The model
-
-
-def config_overrides(text):
-    """An argparse type: --config_overrides as given ("name=value,..."), its rates and sizes checked here; the names
-    and the other values are checked once the config is loaded (model_config). A dropout rate of 1 or more, or a
-    size of 0, would train a model that cannot learn, or fail deep in Keras."""
-    for name, _, value in (pair.partition("=") for pair in text.split(",")):
-        if "dropout" in name and value != "None" and not 0 <= float(value) < 1:
-            raise argparse.ArgumentTypeError(f"{name} is a dropout rate: it must be in [0, 1), got {value}")
-        if (name.endswith("_size") or name.startswith("num_") or name == "max_position_embeddings") \
-                and not int(value) > 0:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive number, got {value}")
-    return text
 
 
 def model_config(args, tokenizer):
@@ -397,30 +384,11 @@ def fit_calls(start_step, total_steps, round_steps):
 # What it saves
 
 
-def unique_weights(*models):
-    """The weights of `models`, each once: ELECTRA's discriminator and generator share their embeddings."""
-    seen = set()
-    return [weight for model in models for weight in model.weights
-            if id(weight) not in seen and not seen.add(id(weight))]
-
-
-def count_parameters(trainer):
-    return sum(int(weight.shape.num_elements()) for weight in unique_weights(*trainer.networks.values()))
-
-
 def describe_model(config, generator_config):
     if generator_config is None:
         return config.model_type
     return (f"ELECTRA discriminator (hidden size {config.hidden_size}) and generator (hidden size "
             f"{generator_config.hidden_size}), sharing their embeddings")
-
-
-def weights_fingerprint(*models):
-    """A short hash of every weight's bytes: the hosts of a multi-host run must print the same one."""
-    digest = hashlib.sha256()
-    for weight in unique_weights(*models):
-        digest.update(weight.numpy().tobytes())
-    return digest.hexdigest()[:16]
 
 
 def warn_if_nothing_learned_from_context(results):
@@ -513,9 +481,6 @@ def save_model(args, trainer, tokenizer, config, results, plan):
                 f"Pre-trained for {step} steps", ignore_patterns=["checkpoints/*", OutputDirLease.NAME])
     results.record(saved_model_step=step)
 
-
-# Where an ELECTRA run saves its generator, inside --output_dir (and inside the checkpoints' config folder).
-ELECTRA_GENERATOR = "generator"
 
 MLM_METRICS = """\
 `loss`, `perplexity` and `masked_accuracy` cover every position chosen for prediction; the `..._at_mask` metrics
