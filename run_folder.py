@@ -2,11 +2,12 @@
 
 - the lease (running.json): a second run into the same folder stops at once, and a run that was killed is taken over;
 - where a run starts: nothing left to do, from scratch, or from the last usable checkpoint (last_checkpoint, which
-  every script that looks for a checkpoint uses), read whole before it is restored;
+  every script that looks for a checkpoint uses), read whole before it is restored; the config and tokenizer the
+  checkpoints belong to, beside them;
 - checkpoints every N steps and before stopping on SIGTERM or SIGINT (a preempted VM, Ctrl-C), the hosts of a
   multi-worker run agreeing on the step; a NaN loss stops the run;
-- training_results.json and the logs at the end of each round (TensorBoard, speed, MFU); a full disk named with
-  what is safe.
+- training_results.json and the logs at the end of each round (TensorBoard, speed, MFU), and at the run's end a
+  warning when the model learned next to nothing from the context; a full disk named with what is safe.
 
 Keras' BackupAndRestore and tf.distribute's PreemptionCheckpointHandler do not fit TPU preemption (CheckpointAndStop
 says why).
@@ -29,8 +30,9 @@ import tensorflow as tf
 import tf_keras as keras
 
 from devices import count_hosts, create_optimizer_state
+from models import ELECTRA_GENERATOR, save_tokenizer
 from utils import UserError, check_output_dir, delete, gcs_blob, is_gcs_path, out_of_space_named, \
-    refuse_a_file_as_output_dir
+    refuse_a_file_as_output_dir, save_folder
 
 logger = logging.getLogger("run_mlm")  # What it logs are the lines of a run_mlm.py run (its rounds, its stop).
 
@@ -238,6 +240,22 @@ def check_where_the_run_starts(args, plan, recorded, is_chief):
             f"{plan.total_steps} steps this command asks for. To finish it, run it with --max_steps {step} or more "
             "(or as many --num_epochs as it had); to start over, pass --overwrite.")
     return True
+
+
+def save_checkpoints_config(output_dir, config, tokenizer, generator_config=None):
+    """The config and tokenizer beside the checkpoints: with them, export_model.py makes a model folder of any
+    checkpoint, while the run is still going or after it was interrupted. An ELECTRA run's generator config goes
+    into its generator/ folder: export_model.py then knows that the checkpoints hold an ELECTRA discriminator."""
+    from transformers import TF_MODEL_FOR_MASKED_LM_MAPPING
+
+    def write(folder):
+        config.save_pretrained(folder)
+        # The inputs of the masked LM that export_model.py builds of this config.
+        save_tokenizer(tokenizer, folder, TF_MODEL_FOR_MASKED_LM_MAPPING.get(type(config), None))
+        if generator_config is not None:
+            generator_config.save_pretrained(os.path.join(folder, ELECTRA_GENERATOR))
+
+    save_folder(os.path.join(output_dir, "checkpoints", "config"), write, "The checkpoints' config and tokenizer")
 
 
 def last_checkpoint(directory):
@@ -491,6 +509,29 @@ def out_of_space_in_run(folder, what, checkpoint_dir):
                 "space, then run the same command again; it starts over.")
 
     return out_of_space_named(folder, what, then)
+
+
+def warn_if_nothing_learned_from_context(results):
+    """Below a tenth of a nat at <mask> (a masked LM), or a tenth of the loss of a constant guess (an ELECTRA
+    discriminator), the model has learned next to nothing from the context."""
+    final = results.get("final_eval", {})
+    beyond = final.get("nats_beyond_frequency")
+    if beyond is not None and beyond < 0.1:
+        logger.warning("At <mask> positions, the model predicts tokens %s a table of token frequencies does "
+                       "(%+.3f nats): it has learned next to nothing from the context yet. Train longer, or with "
+                       "another recipe (learning rate, batch size, masking rate).",
+                       "worse than" if beyond < 0 else "barely better than", beyond)
+    beyond, share = final.get("nats_beyond_prior"), final.get("replaced_share")
+    if beyond is not None and 0 < share < 1:
+        constant_guess = -share * math.log(share) - (1 - share) * math.log(1 - share)
+        if beyond < 0.1 * constant_guess:
+            logger.warning("The discriminator tells replaced tokens from original ones %s a constant guess of their "
+                           "share does (%+.3f nats per token, %.0f %% of the guess's loss): it has learned next to "
+                           "nothing from the context yet, and fine-tuned, its encoder does worse than random weights. "
+                           "A small model can stay there for thousands of steps (benchmarks/README.md, ELECTRA); a "
+                           "masked LM (--objective mlm) learns from the context sooner.",
+                           "worse than" if beyond < 0 else "barely better than", beyond,
+                           100 * beyond / constant_guess)
 
 
 def format_metrics(metrics):

@@ -29,7 +29,6 @@ Example (a small model on a CPU):
 import argparse
 import dataclasses
 import logging
-import math
 import os
 import sys
 import time
@@ -38,7 +37,7 @@ from devices import (Throughput, add_hardware_arguments, check_input_pipeline, c
                      host_addresses, host_index, set_up_training, strategy_name)
 from models import (ARCHITECTURES, ELECTRA_GENERATOR, check_max_length, config_overrides, count_parameters,
                     load_config, load_pretrained_model, load_tokenizer, refuse_a_tokenizer_not_the_models,
-                    save_model_folder, save_tokenizer, weights_fingerprint, write_model_card)
+                    save_model_folder, weights_fingerprint, write_model_card)
 from shards import MIN_MAX_LENGTH, TOKEN_COUNTS_NAME, damaged_shards_named, find_shards, read_token_counts
 from utils import (UserError, fraction, non_negative_float, non_negative_int, positive_float, positive_int,
                    probability, save_folder)
@@ -50,7 +49,8 @@ def main(args):
     import tensorflow as tf
 
     from run_folder import (CheckpointAndStop, OutputDirLease, ResultsFile, RoundEnd, check_where_the_run_starts,
-                            format_metrics, refuse_an_unfinished_pretraining_run, restore_last_checkpoint)
+                            format_metrics, refuse_an_unfinished_pretraining_run, restore_last_checkpoint,
+                            save_checkpoints_config, warn_if_nothing_learned_from_context)
 
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     strategy, on_tpu, jit_compile = set_up_training(
@@ -82,7 +82,7 @@ def main(args):
     if not check_where_the_run_starts(args, plan, results, is_chief):
         return
     if is_chief:
-        save_config(args.output_dir, config, tokenizer, generator)
+        save_checkpoints_config(args.output_dir, config, tokenizer, generator)
     with strategy.scope():  # Every variable (weights, optimizer slots) is created on every replica.
         trainer, learning_rate = build_trainer(args, config, tokenizer, plan, jit_compile, train_files, generator)
         checkpoints = restore_last_checkpoint(args, trainer, is_chief)
@@ -389,45 +389,6 @@ def describe_model(config, generator_config):
         return config.model_type
     return (f"ELECTRA discriminator (hidden size {config.hidden_size}) and generator (hidden size "
             f"{generator_config.hidden_size}), sharing their embeddings")
-
-
-def warn_if_nothing_learned_from_context(results):
-    """Below a tenth of a nat at <mask> (a masked LM), or a tenth of the loss of a constant guess (an ELECTRA
-    discriminator), the model has learned next to nothing from the context."""
-    final = results.get("final_eval", {})
-    beyond = final.get("nats_beyond_frequency")
-    if beyond is not None and beyond < 0.1:
-        logger.warning("At <mask> positions, the model predicts tokens %s a table of token frequencies does "
-                       "(%+.3f nats): it has learned next to nothing from the context yet. Train longer, or with "
-                       "another recipe (learning rate, batch size, masking rate).",
-                       "worse than" if beyond < 0 else "barely better than", beyond)
-    beyond, share = final.get("nats_beyond_prior"), final.get("replaced_share")
-    if beyond is not None and 0 < share < 1:
-        constant_guess = -share * math.log(share) - (1 - share) * math.log(1 - share)
-        if beyond < 0.1 * constant_guess:
-            logger.warning("The discriminator tells replaced tokens from original ones %s a constant guess of their "
-                           "share does (%+.3f nats per token, %.0f %% of the guess's loss): it has learned next to "
-                           "nothing from the context yet, and fine-tuned, its encoder does worse than random weights. "
-                           "A small model can stay there for thousands of steps (benchmarks/README.md, ELECTRA); a "
-                           "masked LM (--objective mlm) learns from the context sooner.",
-                           "worse than" if beyond < 0 else "barely better than", beyond,
-                           100 * beyond / constant_guess)
-
-
-def save_config(output_dir, config, tokenizer, generator_config=None):
-    """The config and tokenizer beside the checkpoints: with them, export_model.py makes a model folder of any
-    checkpoint, while the run is still going or after it was interrupted. An ELECTRA run's generator config goes
-    into its generator/ folder: export_model.py then knows that the checkpoints hold an ELECTRA discriminator."""
-    from transformers import TF_MODEL_FOR_MASKED_LM_MAPPING
-
-    def write(folder):
-        config.save_pretrained(folder)
-        # The inputs of the masked LM that export_model.py builds of this config.
-        save_tokenizer(tokenizer, folder, TF_MODEL_FOR_MASKED_LM_MAPPING.get(type(config), None))
-        if generator_config is not None:
-            generator_config.save_pretrained(os.path.join(folder, ELECTRA_GENERATOR))
-
-    save_folder(os.path.join(output_dir, "checkpoints", "config"), write, "The checkpoints' config and tokenizer")
 
 
 def save_model(args, trainer, tokenizer, config, results, plan):

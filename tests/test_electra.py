@@ -145,7 +145,7 @@ def test_nats_beyond_prior_is_the_loss_of_a_constant_guess_of_the_share_replaced
 
 
 def test_a_model_that_learned_nothing_from_the_context_is_told_so_at_the_end(caplog):
-    from run_mlm import warn_if_nothing_learned_from_context
+    from run_folder import warn_if_nothing_learned_from_context
 
     # At 13 % replaced, the constant guess costs 0.388 nats per token: a tenth of it is 0.039.
     for final, said in (({"nats_beyond_frequency": 0.05}, "barely better than a table of token frequencies"),
