@@ -254,7 +254,7 @@ def generator_config(args, config):
     """The config of ELECTRA's generator (electra.generator_config), a --generator_hidden_size fraction of the
     discriminator's `config`; or, continuing a model (--model_name_or_path), that of the generator saved beside it,
     with the same dropout overrides."""
-    from electra import generator_config as scaled_config
+    from electra import GENERATOR_HIDDEN_SIZE, generator_config as scaled_config
 
     if args.model_name_or_path:
         folder = os.path.join(args.model_name_or_path, ELECTRA_GENERATOR)
@@ -265,10 +265,11 @@ def generator_config(args, config):
         if args.config_overrides:  # Dropout only: model_config checked them.
             generator.update_from_string(args.config_overrides)
         return generator
+    fraction = args.generator_hidden_size or GENERATOR_HIDDEN_SIZE
     try:
-        return scaled_config(config, args.generator_hidden_size)
+        return scaled_config(config, fraction)
     except ValueError as err:
-        raise UserError(f"bad --generator_hidden_size {args.generator_hidden_size}: {err}.") from err
+        raise UserError(f"bad --generator_hidden_size {fraction}: {err}.") from err
 
 
 def build_trainer(args, config, tokenizer, plan, jit_compile, train_files, generator_config=None):
@@ -279,7 +280,7 @@ def build_trainer(args, config, tokenizer, plan, jit_compile, train_files, gener
     loaded one keeps its own."""
     from transformers import TFAutoModelForMaskedLM, TFElectraForMaskedLM, TFElectraForPreTraining, create_optimizer
 
-    from electra import ElectraTrainer
+    from electra import DISCRIMINATOR_WEIGHT, ElectraTrainer
     from masked_lm import MaskedLMTrainer, frequency_log_probs, start_from_token_frequencies
 
     if generator_config is not None and args.model_name_or_path:
@@ -310,8 +311,8 @@ def build_trainer(args, config, tokenizer, plan, jit_compile, train_files, gener
         logger.warning("No %s beside the training shards (shards of the original example): the metrics leave out "
                        "the token-frequency baseline.", TOKEN_COUNTS_NAME)
     if generator_config is not None:
-        trainer = ElectraTrainer(mlm, generator, args.discriminator_weight, args.gradient_accumulation_steps,
-                                 jit_compile, seed=args.seed)
+        trainer = ElectraTrainer(mlm, generator, args.discriminator_weight or DISCRIMINATOR_WEIGHT,
+                                 args.gradient_accumulation_steps, jit_compile, seed=args.seed)
     else:
         trainer = MaskedLMTrainer(mlm, tokenizer.mask_token_id, args.gradient_accumulation_steps, jit_compile,
                                   frequency_log_probs=frequency_table)
@@ -405,7 +406,7 @@ def save_model(args, trainer, tokenizer, config, results, plan):
               else f"`{args.pretrained_model_config}` from scratch")
     what = (f"An ELECTRA discriminator pre-trained by replaced-token detection (`--objective electra`, a generator "
             f"of hidden size {trainer.generator.config.hidden_size}, saved in `{ELECTRA_GENERATOR}/` as a fill-mask "
-            f"model; discriminator weight {args.discriminator_weight})" if electra
+            f"model; discriminator weight {trainer.discriminator_weight})" if electra
             else f"A {config.model_type} masked language model pre-trained")
     description = f"""{what} with TensorFlow (`run_mlm.py` of a TF + 🤗 Transformers TPU pre-training pipeline),
 {origin}.
@@ -502,12 +503,13 @@ def parse_args():
                        help="What trains: masked-LM, or ELECTRA's replaced-token detection, a discriminator (the "
                             "model saved) and a smaller generator (saved in generator/), from an ELECTRA config, or "
                             "continuing such a pair (--model_name_or_path) (default: %(default)s).")
-    model.add_argument("--generator_hidden_size", type=positive_float, default=0.25,
+    # ELECTRA's flags default to None, electra.py's values taken where they are used: given without --objective
+    # electra, they are refused (below), not ignored.
+    model.add_argument("--generator_hidden_size", type=positive_float,
                        help="ELECTRA's generator: its hidden size, feed-forward size and attention heads as a "
-                            "fraction of the discriminator's (default: %(default)s).")
-    model.add_argument("--discriminator_weight", type=positive_float, default=50.0,
-                       help="ELECTRA: the weight of the discriminator's loss against the generator's "
-                            "(default: %(default)s).")
+                            "fraction of the discriminator's (default: 0.25).")
+    model.add_argument("--discriminator_weight", type=positive_float,
+                       help="ELECTRA: the weight of the discriminator's loss against the generator's (default: 50).")
     model.add_argument("--output_bias", choices=["frequencies", "zeros"], default="frequencies",
                        help="The LM head's initial output bias: each token's log-frequency in the training shards "
                             "(their token_counts.json), so that the first steps need not learn it; or zeros, as 🤗 "
@@ -557,7 +559,12 @@ def parse_args():
         parser.error(f"--max_length must be at least {MIN_MAX_LENGTH}, got {args.max_length}: shorter samples leave "
                      "too few tokens to mask, with too little context. Write shards of 128 tokens, or at least "
                      f"{MIN_MAX_LENGTH}, with prepare_tfrecord_shards.py.")
-    if args.generator_hidden_size > 1:
+    electra_flags = " and ".join(flag for flag in ("--generator_hidden_size", "--discriminator_weight")
+                                 if getattr(args, flag.removeprefix("--")) is not None)
+    if electra_flags and args.objective != "electra":  # ELECTRA was most likely meant: not hours of a masked LM.
+        parser.error(f"this command trains a masked LM (no --objective electra), which ignores ELECTRA's "
+                     f"{electra_flags}. Add --objective electra, or drop {electra_flags}.")
+    if args.generator_hidden_size is not None and args.generator_hidden_size > 1:
         parser.error(f"--generator_hidden_size is a fraction of the discriminator's hidden size, at most 1, got "
                      f"{args.generator_hidden_size}.")
     args.tokenizer = args.tokenizer or args.model_name_or_path or "unigram-tokenizer"
