@@ -167,6 +167,15 @@ PYTORCH_SUBFOLDER = "pytorch"
 ELECTRA_GENERATOR = "generator"
 
 
+def saved_generator(name_or_path):
+    """The folder of the generator saved beside the ELECTRA discriminator `name_or_path` (local or gs://); None where
+    there is none (a discriminator from elsewhere, the Hub's among them, or a partial copy), or no discriminator."""
+    import tensorflow as tf
+
+    folder = name_or_path and os.path.join(name_or_path, ELECTRA_GENERATOR)
+    return folder if folder and tf.io.gfile.isdir(folder) else None
+
+
 def load_pretrained_model(model_class, name_or_path, flag, config, new_head=False):
     """`model_class` (a 🤗 TF…For… class) of `config`, with the weights of a local or gs:// model folder or a Hub
     id, named by the option `flag`: TensorFlow's (tf_model.h5) as from_pretrained loads them, else PyTorch's

@@ -37,7 +37,7 @@ from devices import (Throughput, add_hardware_arguments, check_input_pipeline, c
                      host_addresses, host_index, set_up_training, strategy_name)
 from models import (ARCHITECTURES, ELECTRA_GENERATOR, check_max_length, config_overrides, count_parameters,
                     load_config, load_pretrained_model, load_tokenizer, refuse_a_tokenizer_not_the_models,
-                    save_model_folder, weights_fingerprint, write_model_card)
+                    save_model_folder, saved_generator, weights_fingerprint, write_model_card)
 from shards import MIN_MAX_LENGTH, TOKEN_COUNTS_NAME, damaged_shards_named, find_shards, read_token_counts
 from utils import (UserError, fraction, non_negative_float, non_negative_int, positive_float, positive_int,
                    probability, save_folder)
@@ -251,62 +251,71 @@ def model_config(args, tokenizer):
 
 
 def generator_config(args, config):
-    """The config of ELECTRA's generator (electra.generator_config), a --generator_hidden_size fraction of the
-    discriminator's `config`; or, continuing a model (--model_name_or_path), that of the generator saved beside it,
-    with the same dropout overrides."""
+    """The config of ELECTRA's generator: continuing a pair (--model_name_or_path), that of the generator saved
+    beside it, with the same dropout overrides; else a new generator's (electra.generator_config), a
+    --generator_hidden_size fraction of the discriminator's `config`. A discriminator without its generator (from
+    elsewhere, or a partial copy) continues with a new one: said in a warning, before anything is built."""
     from electra import GENERATOR_HIDDEN_SIZE, generator_config as scaled_config
 
-    if args.model_name_or_path:
-        folder = os.path.join(args.model_name_or_path, ELECTRA_GENERATOR)
-        generator = load_config(folder, "--model_name_or_path", "--objective electra continues a discriminator "
-                                "and the generator saved beside it, in its generator/ folder, as run_mlm.py "
-                                "--objective electra saves them. Pass such a folder, or train a new pair from a "
-                                "config (--pretrained_model_config).")
+    saved = saved_generator(args.model_name_or_path)
+    if saved:
+        if args.generator_hidden_size is not None:
+            logger.warning("--generator_hidden_size has no effect: the generator saved in %s continues, its size "
+                           "fixed by its weights.", saved)
+        generator = load_config(saved, "--model_name_or_path", f"--objective electra continues the generator "
+                                f"saved in {ELECTRA_GENERATOR}/ beside the discriminator. Copy that folder whole "
+                                "from the pair's folder, or remove it to start a new generator.")
         if args.config_overrides:  # Dropout only: model_config checked them.
             generator.update_from_string(args.config_overrides)
         return generator
     fraction = args.generator_hidden_size or GENERATOR_HIDDEN_SIZE
     try:
-        return scaled_config(config, fraction)
+        generator = scaled_config(config, fraction)
     except ValueError as err:
         raise UserError(f"bad --generator_hidden_size {fraction}: {err}.") from err
+    if args.model_name_or_path:
+        logger.warning("%s has no %s/ folder, where run_mlm.py saves the generator beside its discriminator: a new "
+                       "generator starts from random weights, of hidden size %d (--generator_hidden_size %s of the "
+                       "discriminator's %d), and its first steps replace tokens almost at random. To continue a "
+                       "pair that has its generator, copy its %s/ folder there too.", args.model_name_or_path,
+                       ELECTRA_GENERATOR, generator.hidden_size, fraction, config.hidden_size, ELECTRA_GENERATOR)
+    return generator
 
 
 def build_trainer(args, config, tokenizer, plan, jit_compile, train_files, generator_config=None):
     """The model (new, or that of --model_name_or_path) in a compiled MaskedLMTrainer, and its learning-rate
     schedule; or, with `generator_config` (--objective electra), an ELECTRA discriminator and generator (new, or those
-    of --model_name_or_path) in an ElectraTrainer. Call it in the strategy's scope. The token counts beside the
-    shards give the frequency baseline, and (--output_bias) a new model's (or generator's) starting output bias: a
-    loaded one keeps its own."""
+    of --model_name_or_path: its generator if it has one, see generator_config) in an ElectraTrainer. Call it in the
+    strategy's scope. The token counts beside the shards give the frequency baseline, and (--output_bias) a new LM
+    head's starting output bias: a loaded one keeps its own."""
     from transformers import TFAutoModelForMaskedLM, TFElectraForMaskedLM, TFElectraForPreTraining, create_optimizer
 
     from electra import DISCRIMINATOR_WEIGHT, ElectraTrainer
     from masked_lm import MaskedLMTrainer, frequency_log_probs, start_from_token_frequencies
 
-    if generator_config is not None and args.model_name_or_path:
-        # The generator's own copy of the embeddings is dropped: ElectraTrainer has it read the discriminator's.
-        mlm = load_pretrained_model(TFElectraForPreTraining, args.model_name_or_path, "--model_name_or_path", config)
-        generator = load_pretrained_model(TFElectraForMaskedLM, os.path.join(args.model_name_or_path,
-                                                                             ELECTRA_GENERATOR),
-                                          "--model_name_or_path", generator_config)
-    elif generator_config is not None:  # Both built; ElectraTrainer then has the generator read the shared embeddings.
-        mlm, generator = TFElectraForPreTraining(config), TFElectraForMaskedLM(generator_config)
-        mlm.build_in_name_scope()
-        generator.build_in_name_scope()
-    elif args.model_name_or_path:
-        mlm = load_pretrained_model(TFAutoModelForMaskedLM, args.model_name_or_path, "--model_name_or_path", config)
-    else:
-        mlm = TFAutoModelForMaskedLM.from_config(config)
-        mlm.build_in_name_scope()  # The weights now, with the names that save_pretrained expects.
+    def start(model_class, model_config, weights_from):
+        if weights_from:
+            return load_pretrained_model(model_class, weights_from, "--model_name_or_path", model_config)
+        model = model_class.from_config(model_config)
+        model.build_in_name_scope()  # The weights now, with the names that save_pretrained expects.
+        return model
+
+    # The network with the LM head (a masked LM, or ELECTRA's generator), and the folder of its weights (None: new).
+    if generator_config is None:
+        lm_weights = args.model_name_or_path
+        mlm = lm = start(TFAutoModelForMaskedLM, config, lm_weights)
+    else:  # ElectraTrainer then has the generator read the discriminator's embeddings, dropping its own.
+        lm_weights = saved_generator(args.model_name_or_path)
+        mlm = start(TFElectraForPreTraining, config, args.model_name_or_path)
+        generator = lm = start(TFElectraForMaskedLM, generator_config, lm_weights)
     optimizer, learning_rate = create_optimizer(init_lr=args.learning_rate, num_train_steps=plan.total_steps,
                                                 num_warmup_steps=plan.warmup_steps,
                                                 weight_decay_rate=args.weight_decay_rate)
     token_counts, frequency_table = read_token_counts(train_files), None
     if token_counts is not None:
         frequency_table = frequency_log_probs(token_counts, tokenizer.all_special_ids)
-        if args.output_bias == "frequencies" and not args.model_name_or_path:
-            # A checkpoint restored later replaces it.
-            start_from_token_frequencies(mlm if generator_config is None else generator, frequency_table)
+        if args.output_bias == "frequencies" and not lm_weights:  # A checkpoint restored later replaces it.
+            start_from_token_frequencies(lm, frequency_table)
     else:
         logger.warning("No %s beside the training shards (shards of the original example): the metrics leave out "
                        "the token-frequency baseline.", TOKEN_COUNTS_NAME)
@@ -506,7 +515,7 @@ def parse_args():
     # ELECTRA's flags default to None, electra.py's values taken where they are used: given without --objective
     # electra, they are refused (below), not ignored.
     model.add_argument("--generator_hidden_size", type=positive_float,
-                       help="ELECTRA's generator: its hidden size, feed-forward size and attention heads as a "
+                       help="ELECTRA's new generator: its hidden size, feed-forward size and attention heads as a "
                             "fraction of the discriminator's (default: 0.25).")
     model.add_argument("--discriminator_weight", type=positive_float,
                        help="ELECTRA: the weight of the discriminator's loss against the generator's (default: 50).")
