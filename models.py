@@ -80,6 +80,14 @@ def load_config(name_or_path, flag, advice):
         raise UserError(f"cannot load the model config {name_or_path!r} ({flag}): {err}\n{advice}") from err
 
 
+def config_changes(before, after):
+    """The fields whose values differ between the configs `before` and `after` (their to_dict()), but dropout
+    rates, which no weight depends on, and where and by which 🤗 Transformers version a config was saved."""
+    ignored = ("_name_or_path", "transformers_version")
+    return [key for key in {**before, **after}
+            if before.get(key) != after.get(key) and "dropout" not in key and key not in ignored]
+
+
 def config_overrides(text):
     """An argparse type: --config_overrides as given ("name=value,..."), its rates and sizes checked here; the names
     and the other values are checked once the config is loaded (run_mlm.py's model_config). A dropout rate of 1 or

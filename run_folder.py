@@ -30,7 +30,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from devices import count_hosts, create_optimizer_state
-from models import ELECTRA_GENERATOR, save_tokenizer
+from models import ELECTRA_GENERATOR, config_changes, load_config, save_tokenizer
 from utils import UserError, check_output_dir, delete, gcs_blob, is_gcs_path, out_of_space_named, \
     refuse_a_file_as_output_dir, save_folder
 
@@ -209,10 +209,11 @@ def utc(seconds):
 # Where a run starts, and its checkpoints
 
 
-def check_where_the_run_starts(args, plan, recorded, is_chief):
+def check_where_the_run_starts(args, plan, recorded, is_chief, config, generator_config):
     """False when an earlier run of this command (`recorded`: its results) trained `plan.total_steps` and saved its
     model: nothing left to do. Else refuses an --output_dir that holds something other than a run to resume (with
-    --overwrite, clears it), and a checkpoint that this command would not continue."""
+    --overwrite, clears it), and a checkpoint that this command would not continue: of another global batch, of
+    more steps, or of another model than `config` (and ELECTRA's `generator_config`)."""
     saved_at = recorded.get("saved_model_step")
     if saved_at is not None and saved_at >= plan.total_steps:
         logger.info("The run in %s is already complete at step %d%s, and its model is saved there. Nothing to do. "
@@ -239,7 +240,41 @@ def check_where_the_run_starts(args, plan, recorded, is_chief):
             f"{args.output_dir!r} holds an unfinished run, checkpointed at step {step}, beyond the "
             f"{plan.total_steps} steps this command asks for. To finish it, run it with --max_steps {step} or more "
             "(or as many --num_epochs as it had); to start over, pass --overwrite.")
+    if latest:
+        refuse_another_model(args.output_dir, step, config, generator_config)
     return True
+
+
+def refuse_another_model(output_dir, step, config, generator_config):
+    """Stops when the checkpoints in `output_dir` (the last at `step`) hold another model than `config` (and
+    ELECTRA's `generator_config`), as the config saved beside them says (save_checkpoints_config): restoring would
+    end in TensorFlow's traceback on the first weight of another shape, or, for another objective, leave weights
+    at random. Only dropout may change."""
+    config_dir = os.path.join(output_dir, "checkpoints", "config")
+    generator_dir = os.path.join(config_dir, ELECTRA_GENERATOR)
+    if not tf.io.gfile.exists(os.path.join(config_dir, "config.json")):
+        return  # Saved by a run before save_checkpoints_config: nothing to compare with.
+    was_electra = tf.io.gfile.exists(os.path.join(generator_dir, "config.json"))
+    objective = {True: "electra", False: "mlm"}
+    if was_electra != (generator_config is not None):
+        differences = [f"--objective {objective[was_electra]} (this command: {objective[not was_electra]})"]
+    else:
+        differences = []
+        for whose, folder, new in (("", config_dir, config), ("the generator's ", generator_dir, generator_config)):
+            if new is None:
+                continue
+            saved = load_config(folder, "--output_dir", "Start over with --overwrite, or choose another "
+                                "--output_dir.").to_dict()
+            differences += [f"{whose}{key}={saved.get(key)!r} (this command: {new.to_dict().get(key)!r})"
+                            for key in config_changes(saved, new.to_dict())]
+    if differences:
+        raise UserError(
+            f"{output_dir!r} holds a run, checkpointed at step {step}, of another model than this command's: "
+            f"{', '.join(differences[:5])}{', ...' if len(differences) > 5 else ''}, as the config beside its "
+            f"checkpoints says ({config_dir}). Its weights would not fit this model. To resume it, run it with the "
+            "same model flags (--pretrained_model_config or --model_name_or_path, --config_overrides, --objective, "
+            "--generator_hidden_size, --tokenizer); to train this model, start over with --overwrite, or choose "
+            "another --output_dir.")
 
 
 def save_checkpoints_config(output_dir, config, tokenizer, generator_config=None):

@@ -35,7 +35,8 @@ import time
 
 from devices import (Throughput, add_hardware_arguments, check_input_pipeline, check_paths_for_pod, count_hosts,
                      host_addresses, host_index, set_up_training, strategy_name)
-from models import (ARCHITECTURES, ELECTRA_GENERATOR, check_max_length, config_overrides, count_parameters,
+from models import (ARCHITECTURES, ELECTRA_GENERATOR, check_max_length, config_changes, config_overrides,
+                    count_parameters,
                     load_config, load_pretrained_model, load_tokenizer, refuse_a_tokenizer_not_the_models,
                     save_model_folder, saved_generator, weights_fingerprint, write_model_card)
 from shards import MIN_MAX_LENGTH, TOKEN_COUNTS_NAME, damaged_shards_named, find_shards, read_token_counts
@@ -79,7 +80,7 @@ def main(args):
 
     # Where the run starts: nothing left to do, from scratch, or from the last checkpoint.
     results = ResultsFile(args.output_dir, is_chief, args.overwrite)
-    if not check_where_the_run_starts(args, plan, results, is_chief):
+    if not check_where_the_run_starts(args, plan, results, is_chief, config, generator):
         return
     if is_chief:
         save_checkpoints_config(args.output_dir, config, tokenizer, generator)
@@ -239,7 +240,7 @@ def model_config(args, tokenizer):
                            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id))
         check_max_length(config, args.max_length, can_override=True)
         return config
-    changed = [key for key, value in config.to_dict().items() if original.get(key) != value and "dropout" not in key]
+    changed = config_changes(original, config.to_dict())
     if changed:
         raise UserError(f"--config_overrides sets {changed[0]}, but the model of --model_name_or_path {start!r} "
                         f"has {changed[0]}={original.get(changed[0])!r} in its weights: starting from a model, "

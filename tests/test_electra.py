@@ -245,6 +245,14 @@ def test_electra_run_resumes_saves_both_networks_exports_and_fine_tunes(shards_d
     assert final["loss"] == pytest.approx(final["generator_loss"] + 50 * final["discriminator_loss"], rel=0.05)
     assert "nats_beyond_prior" in final
     assert "The discriminator tells replaced tokens from original ones" in second.stderr  # It learned nothing yet.
+    # Resumed with another generator, or as a masked LM, it is refused before anything is built: its checkpoints hold
+    # an ELECTRA pair, with a generator of hidden size 8.
+    for flags, holds in ((["--generator_hidden_size", 0.5], "the generator's hidden_size=8 (this command: 16)"),
+                         (["--objective", "mlm"], "--objective electra (this command: mlm)")):
+        refused = run_main("run_mlm.py", *electra_args(shards_dir, tokenizer_dir, electra_config_dir, model_dir, 12),
+                           *flags, expect_failure=True)
+        assert f"checkpointed at step 8, of another model than this command's: {holds}" in refused.stderr
+        assert "Model:" not in refused.stderr
 
     # What a user keeps: the discriminator, and beside it the generator, a fill-mask model of its own, their
     # embeddings the same; each with a PyTorch copy whose weights load back into the same model.
