@@ -1,8 +1,8 @@
 """Tokenizers and models as every script loads and saves them: the tokenizer and config loaders (and
 --config_overrides' check), a model's weights (TensorFlow's, or PyTorch's safetensors read without PyTorch; counted
 and fingerprinted), the architectures tested here, the copy that 🤗 Transformers 5 loads with PyTorch, and the model
-card. 🤗 Transformers and TensorFlow are imported inside the
-functions: prepare_tfrecord_shards.py loads a tokenizer without them.
+card. 🤗 Transformers and TensorFlow are imported inside the functions: prepare_tfrecord_shards.py loads a tokenizer
+without them.
 """
 
 import argparse

@@ -260,13 +260,15 @@ def refuse_another_model(output_dir, step, config, generator_config):
         differences = [f"--objective {objective[was_electra]} (this command: {objective[not was_electra]})"]
     else:
         differences = []
-        for whose, folder, new in (("", config_dir, config), ("the generator's ", generator_dir, generator_config)):
-            if new is None:
+        for whose, folder, new_config in (("", config_dir, config),
+                                          ("the generator's ", generator_dir, generator_config)):
+            if new_config is None:
                 continue
             saved = load_config(folder, "--output_dir", "Start over with --overwrite, or choose another "
                                 "--output_dir.").to_dict()
-            differences += [f"{whose}{key}={saved.get(key)!r} (this command: {new.to_dict().get(key)!r})"
-                            for key in config_changes(saved, new.to_dict())]
+            new = new_config.to_dict()
+            differences += [f"{whose}{key}={saved.get(key)!r} (this command: {new.get(key)!r})"
+                            for key in config_changes(saved, new)]
     if differences:
         raise UserError(
             f"{output_dir!r} holds a run, checkpointed at step {step}, of another model than this command's: "

@@ -36,9 +36,9 @@ import time
 from devices import (Throughput, add_hardware_arguments, check_input_pipeline, check_paths_for_pod, count_hosts,
                      host_addresses, host_index, set_up_training, strategy_name)
 from models import (ARCHITECTURES, ELECTRA_GENERATOR, check_max_length, config_changes, config_overrides,
-                    count_parameters,
-                    load_config, load_pretrained_model, load_tokenizer, refuse_a_tokenizer_not_the_models,
-                    save_model_folder, saved_generator, weights_fingerprint, write_model_card)
+                    count_parameters, load_config, load_pretrained_model, load_tokenizer,
+                    refuse_a_tokenizer_not_the_models, save_model_folder, saved_generator, weights_fingerprint,
+                    write_model_card)
 from shards import MIN_MAX_LENGTH, TOKEN_COUNTS_NAME, damaged_shards_named, find_shards, read_token_counts
 from utils import (UserError, fraction, non_negative_float, non_negative_int, positive_float, positive_int,
                    probability, save_folder)
