@@ -34,6 +34,9 @@ from masked_lm import lm_head
 
 # The discriminator's loss weighs this much against the generator's (ELECTRA's disc_weight).
 DISCRIMINATOR_WEIGHT = 50.0
+# The generator's hidden size, feed-forward size and attention heads, as a fraction of the discriminator's: a quarter,
+# as in ELECTRA-Small and -Large (the paper found 1/4 to 1/2 best).
+GENERATOR_HIDDEN_SIZE = 0.25
 
 
 def generator_config(config, fraction):

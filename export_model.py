@@ -23,8 +23,8 @@ import sys
 
 import transformers
 
-from models import (PYTORCH_SUBFOLDER, load_config, load_pretrained_model, load_tokenizer, save_model_folder,
-                    save_pytorch_copy, save_tokenizer)
+from models import (ELECTRA_GENERATOR, PYTORCH_SUBFOLDER, load_config, load_pretrained_model, load_tokenizer,
+                    save_model_folder, save_pytorch_copy, save_tokenizer)
 from utils import UserError, check_gcs_path, check_output_dir, local_copy, save_folder
 
 logger = logging.getLogger("export_model")
@@ -115,7 +115,7 @@ def from_last_checkpoint(source):
     check_checkpoint(checkpoint, checkpoint_dir)
     tokenizer = load_tokenizer(config_dir, "SOURCE", PASS_A_MODEL_FOLDER)
     # A run of --objective electra keeps its generator's config in generator/: its model is the discriminator.
-    is_electra = tf.io.gfile.exists(os.path.join(config_dir, "generator", "config.json"))
+    is_electra = tf.io.gfile.exists(os.path.join(config_dir, ELECTRA_GENERATOR, "config.json"))
     model = (TFElectraForPreTraining if is_electra else TFAutoModelForMaskedLM).from_config(
         load_config(config_dir, "SOURCE", PASS_A_MODEL_FOLDER))
     model.build_in_name_scope()

@@ -1,11 +1,14 @@
-"""Tokenizers and models as every script loads and saves them: the tokenizer and config loaders, a model's weights
-(TensorFlow's, or PyTorch's safetensors read without PyTorch), the architectures tested here, the copy that 🤗
-Transformers 5 loads with PyTorch, and the model card. 🤗 Transformers and TensorFlow are imported inside the
-functions: prepare_tfrecord_shards.py loads a tokenizer without them.
+"""Tokenizers and models as every script loads and saves them: the tokenizer and config loaders (and
+--config_overrides' check), a model's weights (TensorFlow's, or PyTorch's safetensors read without PyTorch; counted
+and fingerprinted), the architectures tested here, the copy that 🤗 Transformers 5 loads with PyTorch, and the model
+card. 🤗 Transformers and TensorFlow are imported inside the functions: prepare_tfrecord_shards.py loads a tokenizer
+without them.
 """
 
+import argparse
 import copy
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -77,6 +80,27 @@ def load_config(name_or_path, flag, advice):
         raise UserError(f"cannot load the model config {name_or_path!r} ({flag}): {err}\n{advice}") from err
 
 
+def config_changes(before, after):
+    """The fields whose values differ between the configs `before` and `after` (their to_dict()), but dropout
+    rates, which no weight depends on, and where and by which 🤗 Transformers version a config was saved."""
+    ignored = ("_name_or_path", "transformers_version")
+    return [key for key in {**before, **after}
+            if before.get(key) != after.get(key) and "dropout" not in key and key not in ignored]
+
+
+def config_overrides(text):
+    """An argparse type: --config_overrides as given ("name=value,..."), its rates and sizes checked here; the names
+    and the other values are checked once the config is loaded (run_mlm.py's model_config). A dropout rate of 1 or
+    more, or a size of 0, would train a model that cannot learn, or fail deep in Keras."""
+    for name, _, value in (pair.partition("=") for pair in text.split(",")):
+        if "dropout" in name and value != "None" and not 0 <= float(value) < 1:
+            raise argparse.ArgumentTypeError(f"{name} is a dropout rate: it must be in [0, 1), got {value}")
+        if (name.endswith("_size") or name.startswith("num_") or name == "max_position_embeddings") \
+                and not int(value) > 0:
+            raise argparse.ArgumentTypeError(f"{name} must be a positive number, got {value}")
+    return text
+
+
 # RoBERTa-style models number positions from pad_token_id + 1: they need that many more position embeddings than
 # their longest sequence (RoBERTa-base: 514 for 512 tokens).
 MODELS_WITH_POSITION_OFFSET = ("roberta", "xlm-roberta", "camembert", "roberta-prelayernorm")
@@ -145,6 +169,19 @@ ARCHITECTURES = ("albert", "bert", "camembert", "convbert", "deberta", "deberta-
 # A model's copy for 🤗 Transformers 5, which has no TensorFlow: a complete model folder inside the TensorFlow one.
 # Not beside tf_model.h5: Transformers 4.57's TensorFlow loader prefers any model.safetensors, and fails on these.
 PYTORCH_SUBFOLDER = "pytorch"
+
+# Where an ELECTRA pair keeps its generator, inside the folder of its discriminator (run_mlm.py's --output_dir, and
+# the config folder beside its checkpoints).
+ELECTRA_GENERATOR = "generator"
+
+
+def saved_generator(name_or_path):
+    """The folder of the generator saved beside the ELECTRA discriminator `name_or_path` (local or gs://); None where
+    there is none (a discriminator from elsewhere, the Hub's among them, or a partial copy), or no discriminator."""
+    import tensorflow as tf
+
+    folder = name_or_path and os.path.join(name_or_path, ELECTRA_GENERATOR)
+    return folder if folder and tf.io.gfile.isdir(folder) else None
 
 
 def load_pretrained_model(model_class, name_or_path, flag, config, new_head=False):
@@ -263,6 +300,25 @@ def check_loaded_weights(model, name_or_path, flag, missing, unexpected, new_hea
                        ", ".join(sorted(unexpected)[:10]))
     if head:
         logger.info("A new %s head, from random weights: %s", name, ", ".join(head))
+
+
+def unique_weights(*models):
+    """The weights of `models`, each once: ELECTRA's discriminator and generator share their embeddings."""
+    seen = set()
+    return [weight for model in models for weight in model.weights
+            if id(weight) not in seen and not seen.add(id(weight))]
+
+
+def count_parameters(*models):
+    return sum(int(weight.shape.num_elements()) for weight in unique_weights(*models))
+
+
+def weights_fingerprint(*models):
+    """A short hash of every weight's bytes: the hosts of a multi-host run must print the same one."""
+    digest = hashlib.sha256()
+    for weight in unique_weights(*models):
+        digest.update(weight.numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def save_tokenizer(tokenizer, folder, model_class):

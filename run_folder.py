@@ -2,11 +2,12 @@
 
 - the lease (running.json): a second run into the same folder stops at once, and a run that was killed is taken over;
 - where a run starts: nothing left to do, from scratch, or from the last usable checkpoint (last_checkpoint, which
-  every script that looks for a checkpoint uses), read whole before it is restored;
+  every script that looks for a checkpoint uses), read whole before it is restored; the config and tokenizer the
+  checkpoints belong to, beside them;
 - checkpoints every N steps and before stopping on SIGTERM or SIGINT (a preempted VM, Ctrl-C), the hosts of a
   multi-worker run agreeing on the step; a NaN loss stops the run;
-- training_results.json and the logs at the end of each round (TensorBoard, speed, MFU); a full disk named with
-  what is safe.
+- training_results.json and the logs at the end of each round (TensorBoard, speed, MFU), and at the run's end a
+  warning when the model learned next to nothing from the context; a full disk named with what is safe.
 
 Keras' BackupAndRestore and tf.distribute's PreemptionCheckpointHandler do not fit TPU preemption (CheckpointAndStop
 says why).
@@ -29,8 +30,9 @@ import tensorflow as tf
 import tf_keras as keras
 
 from devices import count_hosts, create_optimizer_state
+from models import ELECTRA_GENERATOR, config_changes, load_config, save_tokenizer
 from utils import UserError, check_output_dir, delete, gcs_blob, is_gcs_path, out_of_space_named, \
-    refuse_a_file_as_output_dir
+    refuse_a_file_as_output_dir, save_folder
 
 logger = logging.getLogger("run_mlm")  # What it logs are the lines of a run_mlm.py run (its rounds, its stop).
 
@@ -207,10 +209,11 @@ def utc(seconds):
 # Where a run starts, and its checkpoints
 
 
-def check_where_the_run_starts(args, plan, recorded, is_chief):
+def check_where_the_run_starts(args, plan, recorded, is_chief, config, generator_config):
     """False when an earlier run of this command (`recorded`: its results) trained `plan.total_steps` and saved its
     model: nothing left to do. Else refuses an --output_dir that holds something other than a run to resume (with
-    --overwrite, clears it), and a checkpoint that this command would not continue."""
+    --overwrite, clears it), and a checkpoint that this command would not continue: of another global batch, of
+    more steps, or of another model than `config` (and ELECTRA's `generator_config`)."""
     saved_at = recorded.get("saved_model_step")
     if saved_at is not None and saved_at >= plan.total_steps:
         logger.info("The run in %s is already complete at step %d%s, and its model is saved there. Nothing to do. "
@@ -237,7 +240,59 @@ def check_where_the_run_starts(args, plan, recorded, is_chief):
             f"{args.output_dir!r} holds an unfinished run, checkpointed at step {step}, beyond the "
             f"{plan.total_steps} steps this command asks for. To finish it, run it with --max_steps {step} or more "
             "(or as many --num_epochs as it had); to start over, pass --overwrite.")
+    if latest:
+        refuse_another_model(args.output_dir, step, config, generator_config)
     return True
+
+
+def refuse_another_model(output_dir, step, config, generator_config):
+    """Stops when the checkpoints in `output_dir` (the last at `step`) hold another model than `config` (and
+    ELECTRA's `generator_config`), as the config saved beside them says (save_checkpoints_config): restoring would
+    end in TensorFlow's traceback on the first weight of another shape, or, for another objective, leave weights
+    at random. Only dropout may change."""
+    config_dir = os.path.join(output_dir, "checkpoints", "config")
+    generator_dir = os.path.join(config_dir, ELECTRA_GENERATOR)
+    if not tf.io.gfile.exists(os.path.join(config_dir, "config.json")):
+        return  # Saved by a run before save_checkpoints_config: nothing to compare with.
+    was_electra = tf.io.gfile.exists(os.path.join(generator_dir, "config.json"))
+    objective = {True: "electra", False: "mlm"}
+    if was_electra != (generator_config is not None):
+        differences = [f"--objective {objective[was_electra]} (this command: {objective[not was_electra]})"]
+    else:
+        differences = []
+        for whose, folder, new_config in (("", config_dir, config),
+                                          ("the generator's ", generator_dir, generator_config)):
+            if new_config is None:
+                continue
+            saved = load_config(folder, "--output_dir", "Start over with --overwrite, or choose another "
+                                "--output_dir.").to_dict()
+            new = new_config.to_dict()
+            differences += [f"{whose}{key}={saved.get(key)!r} (this command: {new.get(key)!r})"
+                            for key in config_changes(saved, new)]
+    if differences:
+        raise UserError(
+            f"{output_dir!r} holds a run, checkpointed at step {step}, of another model than this command's: "
+            f"{', '.join(differences[:5])}{', ...' if len(differences) > 5 else ''}, as the config beside its "
+            f"checkpoints says ({config_dir}). Its weights would not fit this model. To resume it, run it with the "
+            "same model flags (--pretrained_model_config or --model_name_or_path, --config_overrides, --objective, "
+            "--generator_hidden_size, --tokenizer); to train this model, start over with --overwrite, or choose "
+            "another --output_dir.")
+
+
+def save_checkpoints_config(output_dir, config, tokenizer, generator_config=None):
+    """The config and tokenizer beside the checkpoints: with them, export_model.py makes a model folder of any
+    checkpoint, while the run is still going or after it was interrupted. An ELECTRA run's generator config goes
+    into its generator/ folder: export_model.py then knows that the checkpoints hold an ELECTRA discriminator."""
+    from transformers import TF_MODEL_FOR_MASKED_LM_MAPPING
+
+    def write(folder):
+        config.save_pretrained(folder)
+        # The inputs of the masked LM that export_model.py builds of this config.
+        save_tokenizer(tokenizer, folder, TF_MODEL_FOR_MASKED_LM_MAPPING.get(type(config), None))
+        if generator_config is not None:
+            generator_config.save_pretrained(os.path.join(folder, ELECTRA_GENERATOR))
+
+    save_folder(os.path.join(output_dir, "checkpoints", "config"), write, "The checkpoints' config and tokenizer")
 
 
 def last_checkpoint(directory):
@@ -491,6 +546,29 @@ def out_of_space_in_run(folder, what, checkpoint_dir):
                 "space, then run the same command again; it starts over.")
 
     return out_of_space_named(folder, what, then)
+
+
+def warn_if_nothing_learned_from_context(results):
+    """Below a tenth of a nat at <mask> (a masked LM), or a tenth of the loss of a constant guess (an ELECTRA
+    discriminator), the model has learned next to nothing from the context."""
+    final = results.get("final_eval", {})
+    beyond = final.get("nats_beyond_frequency")
+    if beyond is not None and beyond < 0.1:
+        logger.warning("At <mask> positions, the model predicts tokens %s a table of token frequencies does "
+                       "(%+.3f nats): it has learned next to nothing from the context yet. Train longer, or with "
+                       "another recipe (learning rate, batch size, masking rate).",
+                       "worse than" if beyond < 0 else "barely better than", beyond)
+    beyond, share = final.get("nats_beyond_prior"), final.get("replaced_share")
+    if beyond is not None and 0 < share < 1:
+        constant_guess = -share * math.log(share) - (1 - share) * math.log(1 - share)
+        if beyond < 0.1 * constant_guess:
+            logger.warning("The discriminator tells replaced tokens from original ones %s a constant guess of their "
+                           "share does (%+.3f nats per token, %.0f %% of the guess's loss): it has learned next to "
+                           "nothing from the context yet, and fine-tuned, its encoder does worse than random weights. "
+                           "A small model can stay there for thousands of steps (benchmarks/README.md, ELECTRA); a "
+                           "masked LM (--objective mlm) learns from the context sooner.",
+                           "worse than" if beyond < 0 else "barely better than", beyond,
+                           100 * beyond / constant_guess)
 
 
 def format_metrics(metrics):

@@ -28,17 +28,17 @@ Example (a small model on a CPU):
 
 import argparse
 import dataclasses
-import hashlib
 import logging
-import math
 import os
 import sys
 import time
 
 from devices import (Throughput, add_hardware_arguments, check_input_pipeline, check_paths_for_pod, count_hosts,
                      host_addresses, host_index, set_up_training, strategy_name)
-from models import (ARCHITECTURES, check_max_length, load_config, load_pretrained_model, load_tokenizer,
-                    refuse_a_tokenizer_not_the_models, save_model_folder, save_tokenizer, write_model_card)
+from models import (ARCHITECTURES, ELECTRA_GENERATOR, check_max_length, config_changes, config_overrides,
+                    count_parameters, load_config, load_pretrained_model, load_tokenizer,
+                    refuse_a_tokenizer_not_the_models, save_model_folder, saved_generator, weights_fingerprint,
+                    write_model_card)
 from shards import MIN_MAX_LENGTH, TOKEN_COUNTS_NAME, damaged_shards_named, find_shards, read_token_counts
 from utils import (UserError, fraction, non_negative_float, non_negative_int, positive_float, positive_int,
                    probability, save_folder)
@@ -50,7 +50,8 @@ def main(args):
     import tensorflow as tf
 
     from run_folder import (CheckpointAndStop, OutputDirLease, ResultsFile, RoundEnd, check_where_the_run_starts,
-                            format_metrics, refuse_an_unfinished_pretraining_run, restore_last_checkpoint)
+                            format_metrics, refuse_an_unfinished_pretraining_run, restore_last_checkpoint,
+                            save_checkpoints_config, warn_if_nothing_learned_from_context)
 
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     strategy, on_tpu, jit_compile = set_up_training(
@@ -79,19 +80,19 @@ def main(args):
 
     # Where the run starts: nothing left to do, from scratch, or from the last checkpoint.
     results = ResultsFile(args.output_dir, is_chief, args.overwrite)
-    if not check_where_the_run_starts(args, plan, results, is_chief):
+    if not check_where_the_run_starts(args, plan, results, is_chief, config, generator):
         return
     if is_chief:
-        save_config(args.output_dir, config, tokenizer, generator)
+        save_checkpoints_config(args.output_dir, config, tokenizer, generator)
     with strategy.scope():  # Every variable (weights, optimizer slots) is created on every replica.
         trainer, learning_rate = build_trainer(args, config, tokenizer, plan, jit_compile, train_files, generator)
         checkpoints = restore_last_checkpoint(args, trainer, is_chief)
     start_step = int(trainer.optimizer.iterations.numpy())
     throughput = Throughput.of(args, config, plan, strategy, on_tpu, generator)
     logger.info("Model: %s with %.1fM parameters, %.4g MFLOP per token to train (LM head at %s); %s",
-                describe_model(config, generator), count_parameters(trainer) / 1e6, throughput.flops_per_token / 1e6,
-                f"{args.max_predictions_per_seq} of {args.max_length} positions" if args.max_predictions_per_seq
-                else "every position", throughput.describe_peak())
+                describe_model(config, generator), count_parameters(*trainer.networks.values()) / 1e6,
+                throughput.flops_per_token / 1e6, f"{args.max_predictions_per_seq} of {args.max_length} positions"
+                if args.max_predictions_per_seq else "every position", throughput.describe_peak())
     if start_step == 0:
         results.clear()  # Nothing of an earlier run that left no checkpoint.
     results.record(global_batch_size=plan.global_batch_size, per_replica_batch_size=args.per_replica_batch_size,
@@ -209,19 +210,6 @@ def distributed_datasets(args, strategy, plan, masking, train_files, eval_files)
 # The model
 
 
-def config_overrides(text):
-    """An argparse type: --config_overrides as given ("name=value,..."), its rates and sizes checked here; the names
-    and the other values are checked once the config is loaded (model_config). A dropout rate of 1 or more, or a
-    size of 0, would train a model that cannot learn, or fail deep in Keras."""
-    for name, _, value in (pair.partition("=") for pair in text.split(",")):
-        if "dropout" in name and value != "None" and not 0 <= float(value) < 1:
-            raise argparse.ArgumentTypeError(f"{name} is a dropout rate: it must be in [0, 1), got {value}")
-        if (name.endswith("_size") or name.startswith("num_") or name == "max_position_embeddings") \
-                and not int(value) > 0:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive number, got {value}")
-    return text
-
-
 def model_config(args, tokenizer):
     """The model config: --pretrained_model_config, --config_overrides, and the tokenizer's vocabulary and ids; or
     that of --model_name_or_path, whose weights fix every shape: dropout overrides only, and its own tokenizer."""
@@ -252,7 +240,7 @@ def model_config(args, tokenizer):
                            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id))
         check_max_length(config, args.max_length, can_override=True)
         return config
-    changed = [key for key, value in config.to_dict().items() if original.get(key) != value and "dropout" not in key]
+    changed = config_changes(original, config.to_dict())
     if changed:
         raise UserError(f"--config_overrides sets {changed[0]}, but the model of --model_name_or_path {start!r} "
                         f"has {changed[0]}={original.get(changed[0])!r} in its weights: starting from a model, "
@@ -264,67 +252,77 @@ def model_config(args, tokenizer):
 
 
 def generator_config(args, config):
-    """The config of ELECTRA's generator (electra.generator_config), a --generator_hidden_size fraction of the
-    discriminator's `config`; or, continuing a model (--model_name_or_path), that of the generator saved beside it,
-    with the same dropout overrides."""
-    from electra import generator_config as scaled_config
+    """The config of ELECTRA's generator: continuing a pair (--model_name_or_path), that of the generator saved
+    beside it, with the same dropout overrides; else a new generator's (electra.generator_config), a
+    --generator_hidden_size fraction of the discriminator's `config`. A discriminator without its generator (from
+    elsewhere, or a partial copy) continues with a new one: said in a warning, before anything is built."""
+    from electra import GENERATOR_HIDDEN_SIZE, generator_config as scaled_config
 
-    if args.model_name_or_path:
-        folder = os.path.join(args.model_name_or_path, ELECTRA_GENERATOR)
-        generator = load_config(folder, "--model_name_or_path", "--objective electra continues a discriminator "
-                                "and the generator saved beside it, in its generator/ folder, as run_mlm.py "
-                                "--objective electra saves them. Pass such a folder, or train a new pair from a "
-                                "config (--pretrained_model_config).")
+    saved = saved_generator(args.model_name_or_path)
+    if saved:
+        if args.generator_hidden_size is not None:
+            logger.warning("--generator_hidden_size has no effect: the generator saved in %s continues, its size "
+                           "fixed by its weights.", saved)
+        generator = load_config(saved, "--model_name_or_path", f"--objective electra continues the generator "
+                                f"saved in {ELECTRA_GENERATOR}/ beside the discriminator. Copy that folder whole "
+                                "from the pair's folder, or remove it to start a new generator.")
         if args.config_overrides:  # Dropout only: model_config checked them.
             generator.update_from_string(args.config_overrides)
         return generator
+    fraction = args.generator_hidden_size or GENERATOR_HIDDEN_SIZE
     try:
-        return scaled_config(config, args.generator_hidden_size)
+        generator = scaled_config(config, fraction)
     except ValueError as err:
-        raise UserError(f"bad --generator_hidden_size {args.generator_hidden_size}: {err}.") from err
+        raise UserError(f"bad --generator_hidden_size {fraction}: {err}.") from err
+    if args.model_name_or_path:
+        logger.warning("%s has no %s/ folder, where run_mlm.py saves the generator beside its discriminator: a new "
+                       "generator starts from random weights, of hidden size %d (--generator_hidden_size %s of the "
+                       "discriminator's %d), and its first steps replace tokens almost at random. To continue a "
+                       "pair that has its generator, copy its %s/ folder there too.", args.model_name_or_path,
+                       ELECTRA_GENERATOR, generator.hidden_size, fraction, config.hidden_size, ELECTRA_GENERATOR)
+    return generator
 
 
 def build_trainer(args, config, tokenizer, plan, jit_compile, train_files, generator_config=None):
     """The model (new, or that of --model_name_or_path) in a compiled MaskedLMTrainer, and its learning-rate
     schedule; or, with `generator_config` (--objective electra), an ELECTRA discriminator and generator (new, or those
-    of --model_name_or_path) in an ElectraTrainer. Call it in the strategy's scope. The token counts beside the
-    shards give the frequency baseline, and (--output_bias) a new model's (or generator's) starting output bias: a
-    loaded one keeps its own."""
+    of --model_name_or_path: its generator if it has one, see generator_config) in an ElectraTrainer. Call it in the
+    strategy's scope. The token counts beside the shards give the frequency baseline, and (--output_bias) a new LM
+    head's starting output bias: a loaded one keeps its own."""
     from transformers import TFAutoModelForMaskedLM, TFElectraForMaskedLM, TFElectraForPreTraining, create_optimizer
 
-    from electra import ElectraTrainer
+    from electra import DISCRIMINATOR_WEIGHT, ElectraTrainer
     from masked_lm import MaskedLMTrainer, frequency_log_probs, start_from_token_frequencies
 
-    if generator_config is not None and args.model_name_or_path:
-        # The generator's own copy of the embeddings is dropped: ElectraTrainer has it read the discriminator's.
-        mlm = load_pretrained_model(TFElectraForPreTraining, args.model_name_or_path, "--model_name_or_path", config)
-        generator = load_pretrained_model(TFElectraForMaskedLM, os.path.join(args.model_name_or_path,
-                                                                             ELECTRA_GENERATOR),
-                                          "--model_name_or_path", generator_config)
-    elif generator_config is not None:  # Both built; ElectraTrainer then has the generator read the shared embeddings.
-        mlm, generator = TFElectraForPreTraining(config), TFElectraForMaskedLM(generator_config)
-        mlm.build_in_name_scope()
-        generator.build_in_name_scope()
-    elif args.model_name_or_path:
-        mlm = load_pretrained_model(TFAutoModelForMaskedLM, args.model_name_or_path, "--model_name_or_path", config)
-    else:
-        mlm = TFAutoModelForMaskedLM.from_config(config)
-        mlm.build_in_name_scope()  # The weights now, with the names that save_pretrained expects.
+    def start(model_class, model_config, weights_from):
+        if weights_from:
+            return load_pretrained_model(model_class, weights_from, "--model_name_or_path", model_config)
+        model = model_class.from_config(model_config)
+        model.build_in_name_scope()  # The weights now, with the names that save_pretrained expects.
+        return model
+
+    # The network with the LM head (a masked LM, or ELECTRA's generator), and the folder of its weights (None: new).
+    if generator_config is None:
+        lm_weights = args.model_name_or_path
+        mlm = lm = start(TFAutoModelForMaskedLM, config, lm_weights)
+    else:  # ElectraTrainer then has the generator read the discriminator's embeddings, dropping its own.
+        lm_weights = saved_generator(args.model_name_or_path)
+        mlm = start(TFElectraForPreTraining, config, args.model_name_or_path)
+        generator = lm = start(TFElectraForMaskedLM, generator_config, lm_weights)
     optimizer, learning_rate = create_optimizer(init_lr=args.learning_rate, num_train_steps=plan.total_steps,
                                                 num_warmup_steps=plan.warmup_steps,
                                                 weight_decay_rate=args.weight_decay_rate)
     token_counts, frequency_table = read_token_counts(train_files), None
     if token_counts is not None:
         frequency_table = frequency_log_probs(token_counts, tokenizer.all_special_ids)
-        if args.output_bias == "frequencies" and not args.model_name_or_path:
-            # A checkpoint restored later replaces it.
-            start_from_token_frequencies(mlm if generator_config is None else generator, frequency_table)
+        if args.output_bias == "frequencies" and not lm_weights:  # A checkpoint restored later replaces it.
+            start_from_token_frequencies(lm, frequency_table)
     else:
         logger.warning("No %s beside the training shards (shards of the original example): the metrics leave out "
                        "the token-frequency baseline.", TOKEN_COUNTS_NAME)
     if generator_config is not None:
-        trainer = ElectraTrainer(mlm, generator, args.discriminator_weight, args.gradient_accumulation_steps,
-                                 jit_compile, seed=args.seed)
+        trainer = ElectraTrainer(mlm, generator, args.discriminator_weight or DISCRIMINATOR_WEIGHT,
+                                 args.gradient_accumulation_steps, jit_compile, seed=args.seed)
     else:
         trainer = MaskedLMTrainer(mlm, tokenizer.mask_token_id, args.gradient_accumulation_steps, jit_compile,
                                   frequency_log_probs=frequency_table)
@@ -397,69 +395,11 @@ def fit_calls(start_step, total_steps, round_steps):
 # What it saves
 
 
-def unique_weights(*models):
-    """The weights of `models`, each once: ELECTRA's discriminator and generator share their embeddings."""
-    seen = set()
-    return [weight for model in models for weight in model.weights
-            if id(weight) not in seen and not seen.add(id(weight))]
-
-
-def count_parameters(trainer):
-    return sum(int(weight.shape.num_elements()) for weight in unique_weights(*trainer.networks.values()))
-
-
 def describe_model(config, generator_config):
     if generator_config is None:
         return config.model_type
     return (f"ELECTRA discriminator (hidden size {config.hidden_size}) and generator (hidden size "
             f"{generator_config.hidden_size}), sharing their embeddings")
-
-
-def weights_fingerprint(*models):
-    """A short hash of every weight's bytes: the hosts of a multi-host run must print the same one."""
-    digest = hashlib.sha256()
-    for weight in unique_weights(*models):
-        digest.update(weight.numpy().tobytes())
-    return digest.hexdigest()[:16]
-
-
-def warn_if_nothing_learned_from_context(results):
-    """Below a tenth of a nat at <mask> (a masked LM), or a tenth of the loss of a constant guess (an ELECTRA
-    discriminator), the model has learned next to nothing from the context."""
-    final = results.get("final_eval", {})
-    beyond = final.get("nats_beyond_frequency")
-    if beyond is not None and beyond < 0.1:
-        logger.warning("At <mask> positions, the model predicts tokens %s a table of token frequencies does "
-                       "(%+.3f nats): it has learned next to nothing from the context yet. Train longer, or with "
-                       "another recipe (learning rate, batch size, masking rate).",
-                       "worse than" if beyond < 0 else "barely better than", beyond)
-    beyond, share = final.get("nats_beyond_prior"), final.get("replaced_share")
-    if beyond is not None and 0 < share < 1:
-        constant_guess = -share * math.log(share) - (1 - share) * math.log(1 - share)
-        if beyond < 0.1 * constant_guess:
-            logger.warning("The discriminator tells replaced tokens from original ones %s a constant guess of their "
-                           "share does (%+.3f nats per token, %.0f %% of the guess's loss): it has learned next to "
-                           "nothing from the context yet, and fine-tuned, its encoder does worse than random weights. "
-                           "A small model can stay there for thousands of steps (benchmarks/README.md, ELECTRA); a "
-                           "masked LM (--objective mlm) learns from the context sooner.",
-                           "worse than" if beyond < 0 else "barely better than", beyond,
-                           100 * beyond / constant_guess)
-
-
-def save_config(output_dir, config, tokenizer, generator_config=None):
-    """The config and tokenizer beside the checkpoints: with them, export_model.py makes a model folder of any
-    checkpoint, while the run is still going or after it was interrupted. An ELECTRA run's generator config goes
-    into its generator/ folder: export_model.py then knows that the checkpoints hold an ELECTRA discriminator."""
-    from transformers import TF_MODEL_FOR_MASKED_LM_MAPPING
-
-    def write(folder):
-        config.save_pretrained(folder)
-        # The inputs of the masked LM that export_model.py builds of this config.
-        save_tokenizer(tokenizer, folder, TF_MODEL_FOR_MASKED_LM_MAPPING.get(type(config), None))
-        if generator_config is not None:
-            generator_config.save_pretrained(os.path.join(folder, ELECTRA_GENERATOR))
-
-    save_folder(os.path.join(output_dir, "checkpoints", "config"), write, "The checkpoints' config and tokenizer")
 
 
 def save_model(args, trainer, tokenizer, config, results, plan):
@@ -476,7 +416,7 @@ def save_model(args, trainer, tokenizer, config, results, plan):
               else f"`{args.pretrained_model_config}` from scratch")
     what = (f"An ELECTRA discriminator pre-trained by replaced-token detection (`--objective electra`, a generator "
             f"of hidden size {trainer.generator.config.hidden_size}, saved in `{ELECTRA_GENERATOR}/` as a fill-mask "
-            f"model; discriminator weight {args.discriminator_weight})" if electra
+            f"model; discriminator weight {trainer.discriminator_weight})" if electra
             else f"A {config.model_type} masked language model pre-trained")
     description = f"""{what} with TensorFlow (`run_mlm.py` of a TF + 🤗 Transformers TPU pre-training pipeline),
 {origin}.
@@ -513,9 +453,6 @@ def save_model(args, trainer, tokenizer, config, results, plan):
                 f"Pre-trained for {step} steps", ignore_patterns=["checkpoints/*", OutputDirLease.NAME])
     results.record(saved_model_step=step)
 
-
-# Where an ELECTRA run saves its generator, inside --output_dir (and inside the checkpoints' config folder).
-ELECTRA_GENERATOR = "generator"
 
 MLM_METRICS = """\
 `loss`, `perplexity` and `masked_accuracy` cover every position chosen for prediction; the `..._at_mask` metrics
@@ -576,12 +513,13 @@ def parse_args():
                        help="What trains: masked-LM, or ELECTRA's replaced-token detection, a discriminator (the "
                             "model saved) and a smaller generator (saved in generator/), from an ELECTRA config, or "
                             "continuing such a pair (--model_name_or_path) (default: %(default)s).")
-    model.add_argument("--generator_hidden_size", type=positive_float, default=0.25,
-                       help="ELECTRA's generator: its hidden size, feed-forward size and attention heads as a "
-                            "fraction of the discriminator's (default: %(default)s).")
-    model.add_argument("--discriminator_weight", type=positive_float, default=50.0,
-                       help="ELECTRA: the weight of the discriminator's loss against the generator's "
-                            "(default: %(default)s).")
+    # ELECTRA's flags default to None, electra.py's values taken where they are used: given without --objective
+    # electra, they are refused (below), not ignored.
+    model.add_argument("--generator_hidden_size", type=positive_float,
+                       help="ELECTRA's new generator: its hidden size, feed-forward size and attention heads as a "
+                            "fraction of the discriminator's (default: 0.25).")
+    model.add_argument("--discriminator_weight", type=positive_float,
+                       help="ELECTRA: the weight of the discriminator's loss against the generator's (default: 50).")
     model.add_argument("--output_bias", choices=["frequencies", "zeros"], default="frequencies",
                        help="The LM head's initial output bias: each token's log-frequency in the training shards "
                             "(their token_counts.json), so that the first steps need not learn it; or zeros, as 🤗 "
@@ -631,7 +569,12 @@ def parse_args():
         parser.error(f"--max_length must be at least {MIN_MAX_LENGTH}, got {args.max_length}: shorter samples leave "
                      "too few tokens to mask, with too little context. Write shards of 128 tokens, or at least "
                      f"{MIN_MAX_LENGTH}, with prepare_tfrecord_shards.py.")
-    if args.generator_hidden_size > 1:
+    electra_flags = " and ".join(flag for flag in ("--generator_hidden_size", "--discriminator_weight")
+                                 if getattr(args, flag.removeprefix("--")) is not None)
+    if electra_flags and args.objective != "electra":  # ELECTRA was most likely meant: not hours of a masked LM.
+        parser.error(f"this command trains a masked LM (no --objective electra), which ignores ELECTRA's "
+                     f"{electra_flags}. Add --objective electra, or drop {electra_flags}.")
+    if args.generator_hidden_size is not None and args.generator_hidden_size > 1:
         parser.error(f"--generator_hidden_size is a fraction of the discriminator's hidden size, at most 1, got "
                      f"{args.generator_hidden_size}.")
     args.tokenizer = args.tokenizer or args.model_name_or_path or "unigram-tokenizer"

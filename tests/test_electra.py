@@ -145,7 +145,7 @@ def test_nats_beyond_prior_is_the_loss_of_a_constant_guess_of_the_share_replaced
 
 
 def test_a_model_that_learned_nothing_from_the_context_is_told_so_at_the_end(caplog):
-    from run_mlm import warn_if_nothing_learned_from_context
+    from run_folder import warn_if_nothing_learned_from_context
 
     # At 13 % replaced, the constant guess costs 0.388 nats per token: a tenth of it is 0.039.
     for final, said in (({"nats_beyond_frequency": 0.05}, "barely better than a table of token frequencies"),
@@ -245,6 +245,14 @@ def test_electra_run_resumes_saves_both_networks_exports_and_fine_tunes(shards_d
     assert final["loss"] == pytest.approx(final["generator_loss"] + 50 * final["discriminator_loss"], rel=0.05)
     assert "nats_beyond_prior" in final
     assert "The discriminator tells replaced tokens from original ones" in second.stderr  # It learned nothing yet.
+    # Resumed with another generator, or as a masked LM, it is refused before anything is built: its checkpoints hold
+    # an ELECTRA pair, with a generator of hidden size 8.
+    for flags, holds in ((["--generator_hidden_size", 0.5], "the generator's hidden_size=8 (this command: 16)"),
+                         (["--objective", "mlm"], "--objective electra (this command: mlm)")):
+        refused = run_main("run_mlm.py", *electra_args(shards_dir, tokenizer_dir, electra_config_dir, model_dir, 12),
+                           *flags, expect_failure=True)
+        assert f"checkpointed at step 8, of another model than this command's: {holds}" in refused.stderr
+        assert "Model:" not in refused.stderr
 
     # What a user keeps: the discriminator, and beside it the generator, a fill-mask model of its own, their
     # embeddings the same; each with a PyTorch copy whose weights load back into the same model.
@@ -276,19 +284,30 @@ def test_electra_run_resumes_saves_both_networks_exports_and_fine_tunes(shards_d
                        discriminator(**inputs).logits)
 
     # Pre-training continues from the saved pair: before its first step, it evaluates as the run it continues ended.
+    # Its generator's size is that of its weights, whatever --generator_hidden_size says: said in a warning.
+    def continue_electra(start, output_dir, max_steps, *flags):
+        return run_main("run_mlm.py", "--model_name_or_path", start, "--objective", "electra", "--train_dataset",
+                        shards_dir / "train", "--max_length", MAX_LENGTH, "--per_replica_batch_size", 8,
+                        "--max_steps", max_steps, "--warmup_steps", 0, "--input_check_seconds", 0, "--no_tpu",
+                        "--output_dir", output_dir, *flags)
+
     continued = tmp_path / "continued"
-    run_main("run_mlm.py", "--model_name_or_path", model_dir, "--objective", "electra", "--train_dataset",
-             shards_dir / "train", "--eval_dataset", shards_dir / "validation", "--max_length", MAX_LENGTH,
-             "--per_replica_batch_size", 8, "--max_steps", 3, "--warmup_steps", 1, "--input_check_seconds", 0,
-             "--no_tpu", "--output_dir", continued)
+    result = continue_electra(model_dir, continued, 3, "--eval_dataset", shards_dir / "validation",
+                              "--generator_hidden_size", 0.5)
+    assert f"--generator_hidden_size has no effect: the generator saved in {model_dir}/generator continues" \
+        in result.stderr
     continued_results = json.loads((continued / "training_results.json").read_text())
     assert continued_results["step_0_eval"] == pytest.approx(final, rel=1e-4)
     assert (continued / "generator" / "tf_model.h5").exists()
-    # A discriminator without its generator (the exported folder) cannot continue: said before anything is built.
-    refused = run_main("run_mlm.py", "--model_name_or_path", exported, "--objective", "electra", "--train_dataset",
-                       shards_dir / "train", "--max_length", MAX_LENGTH, "--no_tpu", "--output_dir",
-                       tmp_path / "refused", expect_failure=True)
-    assert "continues a discriminator and the generator saved beside it, in its generator/ folder" in refused.stderr
+    assert json.loads((continued / "generator" / "config.json").read_text())["hidden_size"] == 8
+    # A discriminator without its generator (the exported folder) continues with a new one, of
+    # --generator_hidden_size: said in a warning before anything is built.
+    result = continue_electra(exported, tmp_path / "new-generator", 1, "--generator_hidden_size", 0.5)
+    assert f"{exported} has no generator/ folder, where run_mlm.py saves the generator beside its discriminator: a " \
+           "new generator starts from random weights, of hidden size 16 (--generator_hidden_size 0.5 of the " \
+           "discriminator's 32)" in result.stderr
+    assert result.stderr.index("a new generator starts from random weights") < result.stderr.index("Model:")
+    assert json.loads((tmp_path / "new-generator" / "generator" / "config.json").read_text())["hidden_size"] == 16
 
     # The discriminator fine-tunes as a classifier.
     classifier_dir = tmp_path / "classifier"

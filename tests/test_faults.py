@@ -43,6 +43,10 @@ from utils import UserError
     (run_mlm, ["--config_overrides", "attention_probs_dropout_prob=-0.1"],
      "attention_probs_dropout_prob is a dropout rate: it must be in [0, 1), got -0.1"),
     (run_mlm, ["--config_overrides", "num_hidden_layers=0"], "num_hidden_layers must be a positive number, got 0"),
+    # ELECTRA's flags without --objective electra: the masked LM trained would ignore them, even at their defaults.
+    (run_mlm, ["--generator_hidden_size", "0.5"], "this command trains a masked LM (no --objective electra), which "
+     "ignores ELECTRA's --generator_hidden_size. Add --objective electra, or drop --generator_hidden_size."),
+    (run_mlm, ["--objective", "mlm", "--discriminator_weight", "50"], "ignores ELECTRA's --discriminator_weight."),
     (run_classification, ["--model_name_or_path", "m", "--train_file", "t.csv", "--learning_rate=-1e-3"],
      "argument --learning_rate: must be above 0, got -1e-3"),
     (run_classification, ["--model_name_or_path", "m", "--train_file", "t.csv", "--weight_decay_rate", "-1"],
@@ -65,6 +69,10 @@ def test_hyper_parameters_in_their_domain_are_accepted(monkeypatch):
     args = run_mlm.parse_args()
     assert (args.learning_rate, args.weight_decay_rate, args.warmup_steps) == (2e-3, 0, 0)
     assert args.max_predictions_per_seq == masked_lm.default_max_predictions(0.4, 128)
+    monkeypatch.setattr(sys, "argv", ["run_mlm.py", "--objective", "electra", "--generator_hidden_size", "0.5",
+                                      "--discriminator_weight", "20"])
+    electra = run_mlm.parse_args()
+    assert (electra.generator_hidden_size, electra.discriminator_weight) == (0.5, 20)
 
 
 def write_json_lines(path, values):

@@ -339,6 +339,18 @@ def test_an_unfinished_run_resumes_only_with_its_own_batch_and_steps(train_args,
                                                    "for", "--max_steps 20 or more")
 
 
+@pytest.mark.fast
+def test_an_unfinished_run_resumes_only_with_its_own_model(train_args, pretrained_model_dir, tmp_path):
+    # pretrained_model_dir's model has hidden size 32 (tiny_config_dir); its checkpoints' weights take no other.
+    unfinished = unfinished_copy(pretrained_model_dir, tmp_path / "model")
+    result = run_main("run_mlm.py", *train_args, "--max_steps", 20, "--config_overrides", "hidden_size=64",
+                      expect_failure=True)
+    assert_fails_before_building_the_model(
+        result, f"{str(unfinished)!r} holds a run, checkpointed at step 20, of another model than this command's: "
+                "hidden_size=32 (this command: 64), as the config beside its checkpoints says",
+        "run it with the same model flags", "--overwrite")
+
+
 def test_the_seed_sets_the_initial_weights(train_args, tmp_path):
     """--seed decides the model that training starts from, seen in the evaluation before the first step (on the
     same masked batches). utils.set_up_training seeds without keras.utils.set_random_seed, which fails on 3.12."""
