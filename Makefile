@@ -15,7 +15,7 @@ OUT ?= demo-output
 # of the Hub's copy.
 BANKING77 ?=
 
-.PHONY: demo test test-fast test-pytorch smoke clean install-tpu check-tpu lock
+.PHONY: demo glue test test-fast test-pytorch smoke clean install-tpu check-tpu lock
 
 # Only when the lock is missing: a Python the README does not name.
 locks/%:
@@ -92,6 +92,14 @@ endif
 # (run_classification.py, 3 seeds each), with 10 queries per intent and with all of them: mean and spread.
 	$(ONLINE) $(BIN)/python benchmarks/fine_tuning.py --model $(OUT)/model $(CLASSIFICATION_DATA) \
 		--max_length $(DEMO_LENGTH) --learning_rate 1e-3 --no_probe --full_data --output_dir $(OUT)/banking77
+
+# GLUE's CoLA, SST-2, MRPC, STS-B and RTE dev sets (benchmarks/glue.py; about an hour on 2 cores): the demo's model
+# (make demo first) against the same architecture from random weights, beside BERT-Tiny's published scores. GLUE: the
+# folder of the task folders that GLUE's download script writes (glue_data).
+GLUE ?=
+glue: $(VENV)/.installed
+	@[ -n "$(GLUE)" ] || { echo "error: name the folder of GLUE's task folders: make glue GLUE=glue_data"; exit 1; }
+	$(BIN)/python benchmarks/glue.py --glue_dir $(GLUE) --model "masked LM=$(OUT)/model" --output_dir $(OUT)/glue
 
 # One test process per core (at most 4, each holds TensorFlow), a test taken by whichever is free: a test spends most
 # of its time in one thread (starting TensorFlow, tracing a model, a subprocess).

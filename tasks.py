@@ -32,11 +32,11 @@ class Task:
     """A classification or regression task: its columns, labels and metrics; for a GLUE task, its files too.
 
     `label_names`: the classes in the order of the model's outputs (a GLUE task's are fixed, as BERT's processors
-    fix them; else None: the training data's labels, sorted). `metrics`: names in METRICS; a task's score is their
-    mean, as GLUE ranks a task of two metrics (MRPC, QQP, STS-B). `files`: {split: file in --data_dir}, the
-    labelled ones, the first validation split choosing the epoch; `test_files`: {split: (file, name of the file of
-    predictions that GLUE's submission takes)}, read where present; `headerless_columns`: the names of the columns
-    of labelled files that have no header line (CoLA's).
+    fix them; else None: the training data's labels, sorted). `metrics`: names of metric_functions(); a task's score
+    is their mean, as GLUE ranks a task of two metrics (MRPC, QQP, STS-B). `files`: (split, file in --data_dir)
+    pairs, the labelled files, "validation" choosing the epoch; `test_files`: (split, file, name of the predictions
+    file that GLUE's submission takes) of the files without labels, read where present; `headerless_columns`: the
+    names of the columns of labelled files that have no header line (CoLA's).
     """
     text_column: str
     label_column: str
@@ -50,6 +50,7 @@ class Task:
 
 
 def glue_task(text_column, text_pair_column, label_column, label_names, metrics, submission, **fields):
+    """A GLUE task: a regression where it has no label names; its test.tsv predicted into `submission`."""
     test_files = fields.pop("test_files", (("test", "test.tsv", submission),))
     return Task(text_column, label_column, text_pair_column, label_names is None, label_names, metrics,
                 test_files=test_files, **fields)
@@ -313,9 +314,6 @@ def metric_functions():
             "matthews_correlation": metrics.matthews_corrcoef,
             "pearson": lambda true, predicted: stats.pearsonr(true, predicted).statistic,
             "spearman": lambda true, predicted: stats.spearmanr(true, predicted).statistic}
-
-
-METRICS = ("accuracy", "f1", "matthews_correlation", "pearson", "spearman")
 
 
 def score_predictions(task, targets, predictions):

@@ -1,0 +1,173 @@
+#!/usr/bin/env python
+"""Where a pre-trained model stands on the field's yardstick: GLUE's CoLA, SST-2, MRPC, STS-B and RTE dev sets,
+beside Google's BERT-Tiny, which has the demo's size (2 layers, hidden 128).
+
+Each model (--model NAME=FOLDER, a folder that run_mlm.py saved) and the same architecture from random weights (the
+first model's, --from_scratch) is fine-tuned by run_classification.py --task_name on each task, for every learning
+rate of --learning_rates and every seed of --seeds. For each model and task, the learning rate of the best mean dev
+score is kept (the usual way of reporting GLUE's dev sets, and Turc et al.'s for BERT-Tiny: a grid, the best on dev),
+and the table gives the mean ± sd over the seeds there; MRPC and STS-B count the mean of their two metrics in the
+average, as GLUE does. SST-2's 67,349 training sentences would take most of the time: --sst2_train_examples of them,
+drawn once with seed 0, train it. Beside them: the majority class (the trivial baseline, whose score
+run_classification.py reports) and BERT-Tiny's published scores, which are on GLUE's test set, not its dev sets.
+
+Each run's folder stays in --output_dir; a run whose eval_results.json is there is not run again: stopped, the
+benchmark goes on where it was, and --summary_only prints the table of what is there.
+
+    python benchmarks/glue.py --glue_dir ../shared/data/glue --model "masked LM=demo-output/model" \\
+        --output_dir glue-runs
+"""
+
+import argparse
+import concurrent.futures
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+from common import REPO, describe_machine, load_average, print_table
+
+# The five tasks: GLUE's folder, the tokens per example (where 99 % of the training examples fit with the demo's
+# tokenizer; RTE's premises run longer, cut at BERT's 128), and the columns of the table.
+TASKS = {"cola": ("CoLA", 64, ["matthews_correlation"]),
+         "sst2": ("SST-2", 64, ["accuracy"]),
+         "mrpc": ("MRPC", 128, ["f1", "accuracy"]),
+         "stsb": ("STS-B", 128, ["pearson", "spearman"]),
+         "rte": ("RTE", 128, ["accuracy"])}
+# Turc et al. (2019), "Well-Read Students Learn Better", Table 6 (GLUE's test set): BERT-Tiny, 2 layers, hidden 128.
+BERT_TINY = {"cola": [0.0], "sst2": [83.2], "mrpc": [81.1, 71.1], "stsb": [74.3, 73.6], "rte": [57.2]}
+FROM_SCRATCH = "random weights"
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--glue_dir", required=True, help="A folder of GLUE's task folders (CoLA, SST-2, ...).")
+    parser.add_argument("--model", action="append", required=True, metavar="NAME=FOLDER",
+                        help="A pre-trained model and its name in the table; repeat for several.")
+    parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS), help="(default: all five)")
+    parser.add_argument("--learning_rates", type=float, nargs="+", default=[1e-3, 3e-4], help="(default: %(default)s)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="(default: %(default)s)")
+    parser.add_argument("--num_epochs", type=int, default=3, help="(default: %(default)s)")
+    parser.add_argument("--per_replica_batch_size", type=int, default=32, help="(default: %(default)s)")
+    parser.add_argument("--sst2_train_examples", type=int, default=4000, help="(default: %(default)s)")
+    parser.add_argument("--jobs", type=int, default=2,
+                        help="Runs side by side, each on its share of the cores: a small model uses one core better "
+                             "than two (default: %(default)s).")
+    parser.add_argument("--output_dir", required=True, help="A folder for the runs, kept.")
+    parser.add_argument("--summary_only", action="store_true", help="Print the table of the runs already there.")
+    args = parser.parse_args()
+    args.models = dict(model.split("=", 1) for model in args.model)
+    return args
+
+
+def sst2_subset(glue_dir, output_dir, size):
+    """A folder with `size` of SST-2's training sentences (drawn with seed 0, in the file's order) and its dev set."""
+    folder = os.path.join(output_dir, f"SST-2-{size}")
+    if not os.path.exists(os.path.join(folder, "dev.tsv")):
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(glue_dir, "SST-2", "train.tsv"), encoding="utf-8") as f:
+            header, *rows = f.readlines()
+        kept = sorted(random.Random(0).sample(range(len(rows)), size))
+        with open(os.path.join(folder, "train.tsv"), "w", encoding="utf-8") as f:
+            f.writelines([header, *(rows[i] for i in kept)])
+        shutil.copy(os.path.join(glue_dir, "SST-2", "dev.tsv"), folder)
+    return folder
+
+
+def run(args, arm, task_name, learning_rate, seed, data_dir):
+    """One run_classification.py run, unless its results are there: (its eval_results.json, seconds it took)."""
+    folder = os.path.join(args.output_dir, f"{arm.replace(' ', '-')}-{task_name}-lr{learning_rate:g}-seed{seed}")
+    results_file = os.path.join(folder, "eval_results.json")
+    if not os.path.exists(results_file):
+        model = args.models.get(arm) or next(iter(args.models.values()))
+        command = [sys.executable, str(REPO / "run_classification.py"), "--model_name_or_path", model,
+                   "--task_name", task_name, "--data_dir", data_dir, "--max_length", TASKS[task_name][1],
+                   "--learning_rate", learning_rate, "--num_epochs", args.num_epochs, "--seed", seed,
+                   "--per_replica_batch_size", args.per_replica_batch_size, "--output_dir", folder, "--overwrite",
+                   "--no_tpu", *(["--from_scratch"] if arm == FROM_SCRATCH else [])]
+        threads = str(max(1, (os.cpu_count() or 1) // args.jobs))
+        start = time.perf_counter()
+        result = subprocess.run([str(part) for part in command], capture_output=True, text=True,
+                                env={**os.environ, "TF_NUM_INTRAOP_THREADS": threads, "TF_NUM_INTEROP_THREADS": "1"})
+        if result.returncode:
+            raise SystemExit(f"{' '.join(map(str, command))} failed:\n{result.stderr[-3000:]}")
+        with open(os.path.join(folder, "seconds.txt"), "w") as f:
+            f.write(f"{time.perf_counter() - start:.1f}\n")
+        print(f"{arm}, {task_name}, learning rate {learning_rate:g}, seed {seed}: "
+              f"{json.load(open(results_file))['validation']['score']:.4f}", flush=True)
+    with open(results_file) as f, open(os.path.join(folder, "seconds.txt")) as seconds:
+        return json.load(f), float(seconds.read())
+
+
+def mean_and_sd(values):
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def main(args):
+    os.makedirs(args.output_dir, exist_ok=True)
+    data_dirs = {task_name: os.path.join(args.glue_dir, folder) for task_name, (folder, _, _) in TASKS.items()}
+    data_dirs["sst2"] = sst2_subset(args.glue_dir, args.output_dir, args.sst2_train_examples)
+    arms = [*args.models, FROM_SCRATCH]
+    print(describe_machine())
+    print(f"{args.models}; learning rates {args.learning_rates}, seeds {args.seeds}, {args.num_epochs} epochs, "
+          f"batch {args.per_replica_batch_size}; SST-2: {args.sst2_train_examples} training sentences\n", flush=True)
+    # The first learning rate for every model and task first: a benchmark stopped early has a whole table of it.
+    plan = [(arm, task_name, learning_rate, seed) for learning_rate in args.learning_rates for seed in args.seeds
+            for task_name in args.tasks for arm in arms]
+    results = {}
+    if args.summary_only:
+        plan = [key for key in plan if os.path.exists(os.path.join(
+            args.output_dir, f"{key[0].replace(' ', '-')}-{key[1]}-lr{key[2]:g}-seed{key[3]}", "eval_results.json"))]
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        futures = {key: pool.submit(run, args, *key, data_dirs[key[1]]) for key in plan}
+        for key, future in futures.items():
+            results[key] = future.result()
+    print_summary(args, arms, results)
+
+
+def print_summary(args, arms, results):
+    """The table: per model and task, the best learning rate's mean ± sd; the grid and the minutes below it."""
+    rows, grid_rows, minutes = [], [], {}
+    majority = {}
+    for arm in arms:
+        row, main_scores = [arm], []
+        for task_name in args.tasks:
+            by_rate = {}
+            for (run_arm, run_task, learning_rate, seed), (eval_results, seconds) in results.items():
+                if (run_arm, run_task) == (arm, task_name):
+                    by_rate.setdefault(learning_rate, []).append(eval_results["validation"])
+                    minutes[task_name] = minutes.get(task_name, 0) + seconds / 60
+                    majority.setdefault(task_name, eval_results["validation"]["majority_class_score"])
+            if not by_rate:
+                row.append("")
+                continue
+            best_rate = max(by_rate, key=lambda rate: statistics.mean(run["score"] for run in by_rate[rate]))
+            runs = by_rate[best_rate]
+            row.append(" / ".join("%.1f ± %.1f" % tuple(100 * x for x in mean_and_sd([run[name] for run in runs]))
+                                  for name in TASKS[task_name][2]) + f" ({best_rate:g}, {len(runs)} seeds)")
+            main_scores.append(statistics.mean(run["score"] for run in runs))
+            grid_rows += [[arm, task_name, f"{rate:g}", "%.1f ± %.1f" % tuple(
+                100 * x for x in mean_and_sd([run["score"] for run in by_rate[rate]])), len(by_rate[rate])]
+                for rate in sorted(by_rate)]
+        row.append(f"{100 * statistics.mean(main_scores):.1f}" if len(main_scores) == len(args.tasks) else "")
+        rows.append(row)
+    rows.append(["majority class", *(f"{100 * majority[task]:.1f}" if task in majority else "" for task in args.tasks),
+                 f"{100 * statistics.mean(majority.values()):.1f}" if len(majority) == len(args.tasks) else ""])
+    rows.append(["BERT-Tiny (Turc et al., 2019; GLUE's test set)",
+                 *(" / ".join(f"{score:.1f}" for score in BERT_TINY[task]) for task in args.tasks),
+                 f"{statistics.mean(statistics.mean(BERT_TINY[task]) for task in args.tasks):.1f}"])
+    headers = [f"{TASKS[task][0]} ({' / '.join(TASKS[task][2])})" for task in args.tasks]
+    print()
+    print_table(["dev set, × 100: mean ± sd over seeds (learning rate)", *headers, "average"], rows)
+    print_table(["model", "task", "learning rate", "score, mean ± sd", "seeds"], grid_rows)
+    print_table(["task", *args.tasks], [["minutes of fine-tuning, all runs", *(f"{minutes.get(task, 0):.1f}"
+                                                                            for task in args.tasks)]])
+    print(f"{args.jobs} runs side by side; load average at the end: {load_average():.1f}")
+
+
+if __name__ == "__main__":
+    main(parse_args())
