@@ -187,7 +187,7 @@ def main(args):
         write_tensorboard_results(os.path.join(args.output_dir, "logs"), results, step=best_epoch)
         results.update(model_name_or_path=args.model_name_or_path, task_name=args.task_name,
                        from_scratch=args.from_scratch, regression=task.regression,
-                       num_labels=len(label_names or [None]), train_examples=len(splits["train"]),
+                       num_labels=1 if task.regression else len(label_names), train_examples=len(splits["train"]),
                        examples_per_label=args.examples_per_label, max_length=args.max_length,
                        num_replicas=strategy.num_replicas_in_sync, global_batch_size=global_batch_size,
                        learning_rate=args.learning_rate, num_epochs=args.num_epochs, seed=args.seed,
