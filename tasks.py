@@ -336,12 +336,14 @@ def predictions_of(task, outputs):
 
 def evaluation_metrics(task, targets, predictions, train_targets, label_names):
     """The task's metrics and score, with the trivial baseline: for a regression, the squared error and that of
-    always predicting the training data's mean; for classes, accuracy, macro-F1 and the task's score of always
+    always predicting the training data's mean, and that prediction's score; for classes, accuracy, macro-F1 and the task's score of always
     predicting the most frequent training label, with the worst classes and the most confused pairs."""
     metrics = {"num_examples": int(len(targets)), **score_predictions(task, targets, predictions)}
     if task.regression:
+        mean = np.full(len(targets), np.mean(train_targets))
         metrics.update(mean_squared_error=float(np.mean((predictions - targets) ** 2)),
-                       mean_prediction_mean_squared_error=float(np.mean((np.mean(train_targets) - targets) ** 2)))
+                       mean_prediction_mean_squared_error=float(np.mean((mean - targets) ** 2)),
+                       mean_prediction_score=score_predictions(task, targets, mean)["score"])
         return metrics
     majority = np.full(len(targets), np.bincount(train_targets, minlength=len(label_names)).argmax())
     return {**metrics, **classification_diagnostics(targets, predictions, label_names),

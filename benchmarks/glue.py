@@ -141,7 +141,9 @@ def print_summary(args, arms, results):
                 if (run_arm, run_task) == (arm, task_name):
                     by_rate.setdefault(learning_rate, []).append(eval_results["validation"])
                     minutes[task_name] = minutes.get(task_name, 0) + seconds / 60
-                    majority.setdefault(task_name, eval_results["validation"]["majority_class_score"])
+                    validation = eval_results["validation"]
+                    majority.setdefault(task_name, validation.get("majority_class_score",
+                                                                  validation.get("mean_prediction_score", 0.0)))
             if not by_rate:
                 row.append("")
                 continue
@@ -155,7 +157,7 @@ def print_summary(args, arms, results):
                 for rate in sorted(by_rate)]
         row.append(f"{100 * statistics.mean(main_scores):.1f}" if len(main_scores) == len(args.tasks) else "")
         rows.append(row)
-    rows.append(["majority class", *(f"{100 * majority[task]:.1f}" if task in majority else "" for task in args.tasks),
+    rows.append(["majority class (STS-B: the training mean)", *(f"{100 * majority[task]:.1f}" if task in majority else "" for task in args.tasks),
                  f"{100 * statistics.mean(majority.values()):.1f}" if len(majority) == len(args.tasks) else ""])
     rows.append(["BERT-Tiny (Turc et al., 2019; GLUE's test set)",
                  *(" / ".join(f"{score:.1f}" for score in BERT_TINY[task]) for task in args.tasks),

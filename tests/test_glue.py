@@ -105,6 +105,7 @@ def test_glue_metrics_against_hand_computed_values():
     assert mrpc["majority_class_score"] == pytest.approx((2 * 4 / 6 / (1 + 4 / 6) + 4 / 6) / 2)  # F1 = 2p / (1 + p).
     stsb = evaluation_metrics(GLUE_TASKS["stsb"], np.array([1., 3.]), np.array([1.5, 4.]), np.array([0., 4.]), None)
     assert stsb["mean_squared_error"] == (0.5 ** 2 + 1) / 2 and stsb["mean_prediction_mean_squared_error"] == 1
+    assert stsb["mean_prediction_score"] == 0
     # Constant predictions say nothing of the order: a correlation of 0 (SciPy: undefined), as Matthews' is then.
     assert score("stsb", [1, 2, 3], [2, 2, 2]) == {"pearson": 0, "spearman": 0, "score": 0}
 
