@@ -270,8 +270,10 @@ def evaluate(task, splits, encoded, predictions, label_names):
     for split, split_predictions in predictions.items():
         if splits[split].labels is None:
             continue
-        metrics = results[split] = evaluation_metrics(task, encoded[split][1], split_predictions,
-                                                      encoded["train"][1], label_names)
+        # A regression is scored against its labels as written, not the float32 copies that trained it.
+        targets = np.array(splits[split].labels) if task.regression else encoded[split][1]
+        metrics = results[split] = evaluation_metrics(task, targets, split_predictions, encoded["train"][1],
+                                                      label_names)
         scores = ", ".join(f"{name} {metrics[name]:.4f}" for name in task.metrics)
         baseline = (f"always the training mean: squared error {metrics['mean_prediction_mean_squared_error']:.4f} "
                     f"against {metrics['mean_squared_error']:.4f}" if task.regression else

@@ -321,6 +321,8 @@ def score_predictions(task, targets, predictions):
     import warnings
 
     functions = metric_functions()
+    if task.regression:  # In float64: the correlations of float32 numbers would differ in their sixth digit.
+        targets, predictions = np.asarray(targets, np.float64), np.asarray(predictions, np.float64)
     with warnings.catch_warnings():
         # Constant predictions (a collapsed model) say nothing of the order: SciPy's correlations are undefined (NaN)
         # and warn, scikit-learn's Matthews correlation is 0. Here 0 for all: a NaN score is never the best epoch's.
@@ -387,13 +389,13 @@ def write_predictions(path, examples, predictions, label_names):
     `index` (the example's row in the data file, counted from 0 after the header line: GLUE's test files number
     their rows so, and its submissions take `index` and `prediction`), `prediction` (a label name, or a regression's
     number), and `label` where the data has labels, so that anyone can recompute a metric."""
-    def text(value):
-        return label_names[value] if label_names else f"{value:.9g}"  # 9 digits: a float32 exactly.
+    def text(value):  # A number as the shortest text that reads back as exactly the same number.
+        return label_names[value] if label_names else repr(float(value))
 
     with open(path, "w", encoding="utf-8", newline="") as f:
         writer = csv.writer(f, delimiter="\t", lineterminator="\n")
         writer.writerow(["index", "prediction"] + (["label"] if examples.labels is not None else []))
         for i, (row, prediction) in enumerate(zip(examples.rows, predictions)):
             label = [] if examples.labels is None else [examples.labels[i] if label_names else
-                                                        f"{examples.labels[i]:.9g}"]
+                                                        text(examples.labels[i])]
             writer.writerow([row, text(prediction), *label])

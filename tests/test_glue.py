@@ -171,7 +171,7 @@ def test_each_tasks_scores_recompute_from_the_dev_predictions_written_beside_the
     predictions = read_tsv(output_dir / "validation_predictions.tsv")
     assert [row["index"] for row in predictions] == [str(i) for i in range(20)]
     assert [row["label"] for row in predictions] == [
-        f"{float(label):.9g}" if task.regression else label for label in dev_labels]
+        repr(float(label)) if task.regression else label for label in dev_labels]
     # The task's metrics, recomputed here from the predictions and the dev file: scikit-learn and SciPy directly.
     from scipy import stats
     from sklearn import metrics
