@@ -93,7 +93,7 @@ endif
 	$(ONLINE) $(BIN)/python benchmarks/fine_tuning.py --model $(OUT)/model $(CLASSIFICATION_DATA) \
 		--max_length $(DEMO_LENGTH) --learning_rate 1e-3 --no_probe --full_data --output_dir $(OUT)/banking77
 
-# GLUE's CoLA, SST-2, MRPC, STS-B and RTE dev sets (benchmarks/glue.py; about an hour on 2 cores): the demo's model
+# GLUE's CoLA, SST-2, MRPC, STS-B and RTE dev sets (benchmarks/glue.py; half an hour on 2 cores): the demo's model
 # (make demo first) against the same architecture from random weights, beside BERT-Tiny's published scores. GLUE: the
 # folder of the task folders that GLUE's download script writes (glue_data).
 GLUE ?=
