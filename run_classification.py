@@ -203,7 +203,9 @@ def prepare_data(args, task):
     if "validation" not in splits:
         train, validation = stratified_split(splits["train"].labels, args.validation_split_percentage, args.seed,
                                              task.regression)
-        splits["train"], splits["validation"] = splits["train"].subset(train), splits["train"].subset(validation)
+        # Validation second, as in the data of a task: the log and eval_results.json list the splits in this order.
+        splits = {"train": splits["train"].subset(train), "validation": splits["train"].subset(validation),
+                  **{split: examples for split, examples in splits.items() if split != "train"}}
         logger.info("Validation: %d examples held out of the training data (%g %% of %s)", len(validation),
                     args.validation_split_percentage, "them" if task.regression else "each label")
     if args.examples_per_label:
