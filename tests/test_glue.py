@@ -80,6 +80,32 @@ def test_mnli_has_two_dev_sets_and_test_files_are_data_to_predict(tmp_path):
 
 
 @pytest.mark.fast
+def test_the_tasks_training_texts_for_pre_training_hold_train_and_never_dev(tmp_path, monkeypatch):
+    # benchmarks/glue_text.py, the task-adaptive corpus of `make glue-hour`: every training text in the files' order
+    # (a pair's two texts one after the other), no label, no dev text.
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    output = tmp_path / "glue-train.txt"
+    result = run_main("benchmarks/glue_text.py", "--glue_dir", GLUE, "--output_file", output)
+    expected = []
+    for task_name, folder in FOLDERS.items():
+        task = GLUE_TASKS[task_name]
+        rows = read_tsv(GLUE / folder / "train.tsv", header=task_name != "cola")
+        rows = [dict(zip(task.headerless_columns, row)) for row in rows] if task_name == "cola" else rows
+        expected += [row[column].strip() for row in rows for column in (task.text_column, task.text_pair_column)
+                     if column]
+    assert output.read_text(encoding="utf-8").splitlines() == expected
+    assert "SST-2: 40 lines" in result.stdout and "MRPC: 80 lines" in result.stdout
+    dev_texts = {row["sentence1"] for row in read_tsv(GLUE / "RTE" / "dev.tsv")}
+    assert dev_texts and not dev_texts & set(expected)
+
+    shutil.copytree(GLUE, tmp_path / "glue")
+    (tmp_path / "glue" / "RTE" / "train.tsv").unlink()
+    result = run_main("benchmarks/glue_text.py", "--glue_dir", tmp_path / "glue", "--output_file", output,
+                      expect_failure=True)
+    assert result.stderr.strip().splitlines()[-1].startswith("error: the folder") and "train.tsv" in result.stderr
+
+
+@pytest.mark.fast
 def test_glue_metrics_against_hand_computed_values():
     def score(task_name, true, predicted):
         return score_predictions(GLUE_TASKS[task_name], np.array(true), np.array(predicted))
