@@ -121,3 +121,12 @@ def test_every_flag_the_readme_names_exists(help_texts):
         unknown = sorted(flag for flag in in_tables - OTHER_PROGRAMS_FLAGS if not known(flag, own))
         unknown += sorted(flag for flag in in_prose - OTHER_PROGRAMS_FLAGS if not known(flag, help_texts))
         assert not unknown, f"README section {heading!r} names flags that {', '.join(own)} do not have: {unknown}"
+
+
+@pytest.mark.fast
+def test_every_make_target_the_readmes_name_exists():
+    targets = set(re.findall(r"^([\w-]+):", (REPO / "Makefile").read_text(), flags=re.MULTILINE))
+    for readme in (REPO / "README.md", REPO / "benchmarks" / "README.md"):
+        # A command in a code block (at a line's start) or in backticks: `make glue GLUE=glue_data`.
+        named = set(re.findall(r"(?:^|`)make ([a-z][\w-]*)", readme.read_text(), flags=re.MULTILINE))
+        assert named and not named - targets, f"{readme.name} names make targets that the Makefile lacks: {sorted(named - targets)}"
