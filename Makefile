@@ -15,7 +15,7 @@ OUT ?= demo-output
 # of the Hub's copy.
 BANKING77 ?=
 
-.PHONY: demo glue glue-hour test test-fast test-pytorch smoke clean install-tpu check-tpu lock
+.PHONY: demo glue glue-folder glue-hour test test-fast test-pytorch smoke clean install-tpu check-tpu lock
 
 # Only when the lock is missing: a Python the README does not name.
 locks/%:
@@ -47,7 +47,9 @@ WIKITEXT := $(DATA)
 else
 TOKENIZER_DATA := --dataset_name Salesforce/wikitext --dataset_config wikitext-2-raw-v1
 WIKITEXT := $(OUT)/texts
-$(WIKITEXT)/train.txt: $(VENV)/.installed
+# Written once; from DATA, the scripts say what is missing.
+HUB_WIKITEXT := $(WIKITEXT)/train.txt
+$(HUB_WIKITEXT): $(VENV)/.installed
 	mkdir -p $(WIKITEXT)
 	$(BIN)/python -c 'import datasets; wikitext = datasets.load_dataset("Salesforce/wikitext", "wikitext-2-raw-v1"); \
 		[open(f"$(WIKITEXT)/{split}.txt", "w").write("\n".join(wikitext[split]["text"])) for split in ("train", "validation")]'
@@ -70,7 +72,7 @@ DEMO_LENGTH := 32
 DEMO_MODEL := hidden_size=128,num_hidden_layers=2,num_attention_heads=2,intermediate_size=512,$\
 hidden_dropout_prob=0,attention_probs_dropout_prob=0
 
-demo: $(VENV)/.installed $(WIKITEXT)/train.txt
+demo: $(VENV)/.installed $(HUB_WIKITEXT)
 	$(BIN)/python train_unigram.py $(TOKENIZER_DATA) --vocab_size 8000 --output_dir $(OUT)/tokenizer --overwrite
 	mkdir -p $(OUT)/texts
 	$(BIN)/python -c 'import datasets; queries = list(datasets.load_dataset($(BANKING77_TRAIN), split="train")["text"]); \
@@ -97,16 +99,17 @@ demo: $(VENV)/.installed $(WIKITEXT)/train.txt
 # (make demo first) against the same architecture from random weights, beside BERT-Tiny's published scores. GLUE: the
 # folder of the task folders that GLUE's download script writes (glue_data).
 GLUE ?=
-glue: $(VENV)/.installed
-	@[ -n "$(GLUE)" ] || { echo "error: name the folder of GLUE's task folders: make glue GLUE=glue_data"; exit 1; }
+glue-folder:
+	@[ -n "$(GLUE)" ] || { echo "error: name the folder of GLUE's task folders: make $(MAKECMDGOALS) GLUE=glue_data"; exit 1; }
+
+glue: glue-folder $(VENV)/.installed
 	$(BIN)/python benchmarks/glue.py --glue_dir $(GLUE) --model "masked LM=$(OUT)/model" --output_dir $(OUT)/glue
 
 # Issue #49's recipe for one CPU-hour (benchmarks/README.md, "One CPU-hour against BERT-Tiny"): the
 # demo's model pre-trained on WikiText-2 and on the five tasks' training texts without their labels (never their dev
 # sets), in 128-token samples, 14,400 steps of 32 (about an hour on 2 cores), then GLUE as `make glue` runs it.
 HOUR := $(OUT)/glue-hour
-glue-hour: $(VENV)/.installed $(WIKITEXT)/train.txt
-	@[ -n "$(GLUE)" ] || { echo "error: name the folder of GLUE's task folders: make glue-hour GLUE=glue_data"; exit 1; }
+glue-hour: glue-folder $(VENV)/.installed $(HUB_WIKITEXT)
 	mkdir -p $(HOUR)
 	$(BIN)/python benchmarks/glue_text.py --glue_dir $(GLUE) --output_file $(HOUR)/glue-train.txt
 	$(BIN)/python train_unigram.py --train_file $(WIKITEXT)/train.txt $(HOUR)/glue-train.txt --vocab_size 8000 \
