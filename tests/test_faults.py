@@ -265,7 +265,9 @@ def test_the_same_command_twice_into_one_folder_is_refused_and_a_killed_run_does
         assert (f"error: another run is writing into --output_dir '{output_dir}': process {first.pid} on host "
                 f"{socket.gethostname()}, started ") in second.stderr
         assert "Model:" not in second.stderr and "Traceback" not in second.stderr  # At once.
-        while not list((output_dir / "checkpoints").glob("ckpt-*.index")):
+        # Until the checkpoint is listed in its folder's file "checkpoint", written after its own files: a run killed
+        # between the two leaves a checkpoint that a resumed run does not see.
+        while not tf.train.latest_checkpoint(str(output_dir / "checkpoints")):
             time.sleep(0.2)
     finally:
         first.kill()  # SIGKILL: no checkpoint at the end, no release.
