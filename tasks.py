@@ -129,10 +129,11 @@ def data_files(args, task):
     missing = [os.path.basename(path) for path in paths.values() if not exists(path)]
     if missing:
         expected = " and ".join(file for _, file in task.files)
+        if task.test_files:
+            expected += f" (and, where present, {' and '.join(file for _, file, _ in task.test_files)})"
         raise UserError(f"the folder {args.data_dir!r} (--data_dir) has no {', '.join(missing)}: --task_name "
-                        f"{args.task_name} reads {expected} (and, where present, "
-                        f"{' and '.join(file for _, file, _ in task.test_files)}), as GLUE's download script writes "
-                        "them into its task folder (glue_data/RTE for rte). Pass that folder.")
+                        f"{args.task_name} reads {expected}, as GLUE's download script writes them into its task "
+                        "folder (glue_data/RTE for rte). Pass that folder.")
     paths.update({split: path for split, file, _ in task.test_files
                   if exists(path := os.path.join(args.data_dir, file))})
     return paths

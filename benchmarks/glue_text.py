@@ -8,6 +8,7 @@ benchmark scores, and a model that has read them would be scored on text it has 
 """
 
 import argparse
+import dataclasses
 import os
 import types
 
@@ -25,14 +26,15 @@ def parse_args():
 
 
 def training_texts(glue_dir):
-    """{task: its training texts, in the file's order}, read as run_classification.py --task_name reads them."""
+    """{task: its training texts, in the file's order}, read as run_classification.py --task_name reads them: the
+    task's own definition, its training file alone."""
     texts = {}
     for task_name, (folder, _, _) in TASKS.items():
+        train_only = dataclasses.replace(tasks.GLUE_TASKS[task_name], files=(("train", "train.tsv"),), test_files=())
         flags = types.SimpleNamespace(task_name=task_name, data_dir=os.path.join(glue_dir, folder), train_file=None)
-        train = tasks.load_splits(flags, tasks.GLUE_TASKS[task_name])["train"]
-        pairs = train.text_pairs or [None] * len(train)
-        texts[task_name] = [text.strip() for text_and_pair in zip(train.texts, pairs)
-                            for text in text_and_pair if text is not None and text.strip()]
+        train = tasks.load_splits(flags, train_only)["train"]
+        rows = zip(train.texts, train.text_pairs) if train.text_pairs else zip(train.texts)
+        texts[task_name] = [line for row in rows for text in row if (line := text.strip())]
     return texts
 
 
