@@ -71,6 +71,8 @@ endif
 DEMO_LENGTH := 32
 DEMO_MODEL := hidden_size=128,num_hidden_layers=2,num_attention_heads=2,intermediate_size=512,$\
 hidden_dropout_prob=0,attention_probs_dropout_prob=0
+DEMO_PRETRAINING := --pretrained_model_config configs/roberta-base.json --config_overrides $(DEMO_MODEL) \
+	--mlm_probability 0.4 --learning_rate 2e-3
 
 demo: $(VENV)/.installed $(HUB_WIKITEXT)
 	$(BIN)/python train_unigram.py $(TOKENIZER_DATA) --vocab_size 8000 --output_dir $(OUT)/tokenizer --overwrite
@@ -81,10 +83,9 @@ demo: $(VENV)/.installed $(HUB_WIKITEXT)
 		--validation_file $(WIKITEXT)/validation.txt --tokenizer_name_or_path $(OUT)/tokenizer \
 		--max_length $(DEMO_LENGTH) --output_dir $(OUT)/tfrecords --overwrite
 	$(BIN)/python run_mlm.py --train_dataset $(OUT)/tfrecords/train --eval_dataset $(OUT)/tfrecords/validation \
-		--tokenizer $(OUT)/tokenizer --pretrained_model_config configs/roberta-base.json \
-		--config_overrides $(DEMO_MODEL) --max_length $(DEMO_LENGTH) --per_replica_batch_size 128 \
-		--mlm_probability 0.4 --learning_rate 2e-3 --warmup_steps 100 --max_steps 800 --eval_every_steps 200 \
-		--checkpoint_every_steps 200 --output_dir $(OUT)/model --overwrite
+		--tokenizer $(OUT)/tokenizer $(DEMO_PRETRAINING) --max_length $(DEMO_LENGTH) --per_replica_batch_size 128 \
+		--warmup_steps 100 --max_steps 800 --eval_every_steps 200 --checkpoint_every_steps 200 \
+		--output_dir $(OUT)/model --overwrite
 	$(BIN)/python -c 'from transformers import pipeline; \
 		fill = pipeline("fill-mask", model="$(OUT)/model", framework="tf", dtype=None); \
 		[print(text, "->", [(p["token_str"], round(p["score"], 3)) for p in fill(text)]) for text in \
@@ -105,9 +106,9 @@ glue-folder:
 glue: glue-folder $(VENV)/.installed
 	$(BIN)/python benchmarks/glue.py --glue_dir $(GLUE) --model "masked LM=$(OUT)/model" --output_dir $(OUT)/glue
 
-# Issue #49's recipe for one CPU-hour (benchmarks/README.md, "One CPU-hour against BERT-Tiny"): the
-# demo's model pre-trained on WikiText-2 and on the five tasks' training texts without their labels (never their dev
-# sets), in 128-token samples, 14,400 steps of 32 (about an hour on 2 cores), then GLUE as `make glue` runs it.
+# Issue #49's recipe for one CPU-hour (benchmarks/README.md, "One CPU-hour against BERT-Tiny"): the demo's model and
+# flags, pre-trained on WikiText-2 and on the five tasks' training texts without their labels (never their dev sets),
+# in 128-token samples, 14,400 steps of 32 (about an hour on 2 cores), then GLUE as `make glue` runs it.
 HOUR := $(OUT)/glue-hour
 glue-hour: glue-folder $(VENV)/.installed $(HUB_WIKITEXT)
 	mkdir -p $(HOUR)
@@ -118,10 +119,9 @@ glue-hour: glue-folder $(VENV)/.installed $(HUB_WIKITEXT)
 		--validation_file $(WIKITEXT)/validation.txt --tokenizer_name_or_path $(HOUR)/tokenizer --max_length 128 \
 		--output_dir $(HOUR)/tfrecords --overwrite
 	$(BIN)/python run_mlm.py --train_dataset $(HOUR)/tfrecords/train --eval_dataset $(HOUR)/tfrecords/validation \
-		--tokenizer $(HOUR)/tokenizer --pretrained_model_config configs/roberta-base.json \
-		--config_overrides $(DEMO_MODEL) --max_length 128 --per_replica_batch_size 32 --mlm_probability 0.4 \
-		--learning_rate 2e-3 --warmup_ratio 0.05 --max_steps 14400 --eval_every_steps 2400 \
-		--checkpoint_every_steps 2400 --output_dir $(HOUR)/model --overwrite
+		--tokenizer $(HOUR)/tokenizer $(DEMO_PRETRAINING) --max_length 128 --per_replica_batch_size 32 \
+		--warmup_ratio 0.05 --max_steps 14400 --eval_every_steps 2400 --checkpoint_every_steps 2400 \
+		--output_dir $(HOUR)/model --overwrite
 	$(BIN)/python benchmarks/glue.py --glue_dir $(GLUE) --model "one CPU-hour=$(HOUR)/model" --output_dir $(HOUR)/glue
 
 # One test process per core (at most 4, each holds TensorFlow), a test taken by whichever is free: a test spends most
