@@ -129,4 +129,5 @@ def test_every_make_target_the_readmes_name_exists():
     for readme in (REPO / "README.md", REPO / "benchmarks" / "README.md"):
         # A command in a code block (at a line's start) or in backticks: `make glue GLUE=glue_data`.
         named = set(re.findall(r"(?:^|`)make ([a-z][\w-]*)", readme.read_text(), flags=re.MULTILINE))
-        assert named and not named - targets, f"{readme.name} names make targets that the Makefile lacks: {sorted(named - targets)}"
+        missing = sorted(named - targets)
+        assert named and not missing, f"{readme.name} names make targets that the Makefile lacks: {missing}"
