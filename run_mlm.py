@@ -41,7 +41,7 @@ from models import (ARCHITECTURES, ELECTRA_GENERATOR, check_max_length, config_c
                     write_model_card)
 from shards import MIN_MAX_LENGTH, TOKEN_COUNTS_NAME, damaged_shards_named, find_shards, read_token_counts
 from utils import (UserError, fraction, non_negative_float, non_negative_int, positive_float, positive_int,
-                   probability, save_folder)
+                   probability, save_folder, share)
 
 logger = logging.getLogger("run_mlm")
 
@@ -176,8 +176,10 @@ def masking_arguments(args, tokenizer):
     except ValueError as err:  # A tokenizer whose pieces do not show where words begin.
         raise UserError(str(err)) from err
     # ELECTRA's replacement: a chosen token becomes <mask> (85 %) or stays, never a random token: the generator
-    # is what replaces tokens.
-    shares = dict(mask_share=0.85, random_share=0.0) if args.objective == "electra" else {}
+    # is what replaces tokens. A masked LM's: <mask>, else half a random token, half unchanged (BERT's 80/10/10).
+    electra = args.objective == "electra"
+    mask_share = args.mask_share or (0.85 if electra else 0.8)
+    shares = dict(mask_share=mask_share, random_share=0.0 if electra else (1 - mask_share) / 2)
     return dict(mask_token_id=tokenizer.mask_token_id, special_token_ids=tokenizer.all_special_ids,
                 vocab_size=len(tokenizer), mlm_probability=args.mlm_probability,
                 max_predictions=args.max_predictions_per_seq, spans=args.masking == "span", word_starts=word_starts,
@@ -487,6 +489,9 @@ def parse_args():
                            "(default: %(default)s).")
     data.add_argument("--mlm_probability", type=probability, default=0.15,
                       help="Fraction of the non-special tokens to mask (default: %(default)s).")
+    data.add_argument("--mask_share", type=share,
+                      help="Of the chosen tokens, the share that becomes <mask>; of the rest, half a random token, "
+                           "half unchanged (ELECTRA: all unchanged). Default: 0.8, BERT's 80/10/10; ELECTRA 0.85.")
     data.add_argument("--masking", choices=["token", "whole_word", "span"], default="token",
                       help="What is masked at once: a token, a whole word (all its tokens), or SpanBERT's spans of "
                            "whole words (default: %(default)s).")

@@ -58,6 +58,13 @@ def probability(text):
     return float(text)
 
 
+def share(text):
+    """An argparse type: a number in (0, 1], 0 excluded (the share of chosen tokens that become <mask>)."""
+    if not 0 < float(text) <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], 0 excluded, got {text}")
+    return float(text)
+
+
 def positive_float(text):
     """An argparse type: a number above 0 (a learning rate). NaN is refused too: no comparison holds for it."""
     if not float(text) > 0:

@@ -36,6 +36,8 @@ from utils import UserError
     (run_mlm, ["--warmup_ratio", "1"], "argument --warmup_ratio: must be in [0, 1), got 1"),
     (run_mlm, ["--mlm_probability", "1.5"], "argument --mlm_probability: must be in (0, 1), 0 and 1 excluded, got 1.5"),
     (run_mlm, ["--mlm_probability", "0"], "argument --mlm_probability: must be in (0, 1), 0 and 1 excluded, got 0"),
+    (run_mlm, ["--mask_share", "0"], "argument --mask_share: must be in (0, 1], 0 excluded, got 0"),
+    (run_mlm, ["--mask_share", "1.2"], "argument --mask_share: must be in (0, 1], 0 excluded, got 1.2"),
     (run_mlm, ["--max_predictions_per_seq", "-1"], "argument --max_predictions_per_seq: must be 0 or more, got -1"),
     (run_mlm, ["--max_predictions_per_seq", "200"], "--max_predictions_per_seq must be from 0 to --max_length (128)"),
     (run_mlm, ["--config_overrides", "hidden_size=64,hidden_dropout_prob=1.5"],
@@ -64,10 +66,11 @@ def test_hyper_parameters_out_of_their_domain_are_refused_with_the_range(script,
 @pytest.mark.fast
 def test_hyper_parameters_in_their_domain_are_accepted(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["run_mlm.py", "--learning_rate", "2e-3", "--weight_decay_rate", "0",
-                                      "--warmup_steps", "0", "--mlm_probability", "0.4", "--config_overrides",
+                                      "--warmup_steps", "0", "--mlm_probability", "0.4", "--mask_share", "1",
+                                      "--config_overrides",
                                       "hidden_dropout_prob=0,classifier_dropout=None,hidden_size=128"])
     args = run_mlm.parse_args()
-    assert (args.learning_rate, args.weight_decay_rate, args.warmup_steps) == (2e-3, 0, 0)
+    assert (args.learning_rate, args.weight_decay_rate, args.warmup_steps, args.mask_share) == (2e-3, 0, 0, 1.0)
     assert args.max_predictions_per_seq == masked_lm.default_max_predictions(0.4, 128)
     monkeypatch.setattr(sys, "argv", ["run_mlm.py", "--objective", "electra", "--generator_hidden_size", "0.5",
                                       "--discriminator_weight", "20"])

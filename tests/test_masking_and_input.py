@@ -50,6 +50,30 @@ def test_rates_of_masking_and_replacement(batch):
     assert masked_ids[chosen][randomized].min() >= 0 and masked_ids[chosen][randomized].max() < VOCAB_SIZE
 
 
+@pytest.mark.parametrize("objective,mask_share,shares", [
+    ("mlm", None, (0.8, 0.1, 0.1)), ("mlm", 1.0, (1.0, 0.0, 0.0)), ("mlm", 0.6, (0.6, 0.2, 0.2)),
+    ("electra", None, (0.85, 0.0, 0.15)), ("electra", 0.7, (0.7, 0.0, 0.3))])
+def test_mask_share_sets_what_the_chosen_tokens_become(objective, mask_share, shares, batch):
+    """--mask_share, through run_mlm.py's masking_arguments: the shares of <mask>, a random token and unchanged."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from run_mlm import masking_arguments
+
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>")),
+                                        unk_token="<unk>", mask_token="<mask>")
+    args = argparse.Namespace(masking="token", mlm_probability=0.15, max_predictions_per_seq=0, objective=objective,
+                              mask_share=mask_share)
+    masking = masking_arguments(args, tokenizer)
+    (masked_ids, labels), ids = masked(batch, [5, 6], mask_share=masking["mask_share"],
+                                       random_share=masking["random_share"]), batch.numpy()
+    chosen = labels != -100
+    to_mask = masked_ids[chosen] == MASK_ID
+    unchanged = masked_ids[chosen] == ids[chosen]
+    for share, expected in zip((to_mask.mean(), (~to_mask & ~unchanged).mean(), unchanged.mean()), shares):
+        assert abs(share - expected) < 0.01
+
+
 def test_special_tokens_and_padding_are_never_masked(batch):
     (masked_ids, labels), ids = masked(batch, [3, 4]), batch.numpy()
     special = np.isin(ids, SPECIAL_IDS)
