@@ -8,8 +8,10 @@ Two of GLUE's dev sets ask two questions:
 - STS-B: the cosine of the two sentences' features, with no training at all, and its Spearman correlation with the
   gold scores: how close the features of two sentences are when their meanings are (words in common count).
 
-Each model beside the same architecture from random weights (the first model's, seed 0). Issue #49: fine-tuned on
-GLUE, the models did not follow their masked-LM progress; this shows what the pre-training put where.
+Beside them, how much of the last layer's attention from <s> stays on <s> itself (mean over heads and SST-2's dev
+sentences): where it is high, the output at <s> is mostly <s>'s own vector, not a summary of the sentence. Each
+model beside the same architecture from random weights (the first model's, seed 0). Issue #49: fine-tuned on GLUE,
+the models did not follow their masked-LM progress; this shows what the pre-training put where.
 
     python benchmarks/frozen_features.py --glue_dir glue_data --model "hour=glue-hour/model"
 """
@@ -50,22 +52,25 @@ def read_task(task_name, data_dir):
 
 
 def features(encoder, tokenizer, texts, max_length):
-    """{"<s>": [n, hidden], "mean": [n, hidden]}: the last layer's output at <s>, and its mean over the tokens."""
+    """{"<s>": [n, hidden], "mean": [n, hidden], "self-attention": [n]}: the last layer's output at <s>, its mean
+    over the tokens, and the share of the last layer's attention from <s> on itself (mean over the heads)."""
     import tensorflow as tf
 
-    at_start, means = [], []
+    at_start, means, on_itself = [], [], []
     for start in range(0, len(texts), BATCH_SIZE):
         inputs = tokenizer(texts[start:start + BATCH_SIZE], padding=True, truncation=True, max_length=max_length,
                            return_tensors="tf")
-        outputs = encoder(**inputs).last_hidden_state
-        mask = tf.cast(inputs["attention_mask"], outputs.dtype)[..., tf.newaxis]
-        at_start.append(outputs[:, 0].numpy())
-        means.append((tf.reduce_sum(outputs * mask, axis=1) / tf.reduce_sum(mask, axis=1)).numpy())
-    return {"<s>": np.concatenate(at_start), "mean": np.concatenate(means)}
+        outputs = encoder(**inputs, output_attentions=True)
+        mask = tf.cast(inputs["attention_mask"], outputs.last_hidden_state.dtype)[..., tf.newaxis]
+        at_start.append(outputs.last_hidden_state[:, 0].numpy())
+        means.append((tf.reduce_sum(outputs.last_hidden_state * mask, axis=1) / tf.reduce_sum(mask, axis=1)).numpy())
+        on_itself.append(tf.reduce_mean(outputs.attentions[-1][:, :, 0, 0], axis=1).numpy())  # [batch, heads, q, k]
+    return {"<s>": np.concatenate(at_start), "mean": np.concatenate(means), "self-attention": np.concatenate(on_itself)}
 
 
 def scores(encoder, tokenizer, sst2, stsb):
-    """{place: (SST-2 probe accuracy, STS-B cosine Spearman)} for place <s> and mean."""
+    """{place: (SST-2 probe accuracy, STS-B cosine Spearman)} for place <s> and mean, and the share of <s>'s
+    attention on itself."""
     sst2_length, stsb_length = TASKS["sst2"][1], TASKS["stsb"][1]
     train = features(encoder, tokenizer, sst2["train"].texts, sst2_length)
     dev = features(encoder, tokenizer, sst2["validation"].texts, sst2_length)
@@ -78,7 +83,7 @@ def scores(encoder, tokenizer, sst2, stsb):
         u, v = first[place], second[place]
         cosine = (u * v).sum(axis=1) / (np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1))
         results[place] = accuracy, spearmanr(cosine, stsb["validation"].labels).statistic
-    return results
+    return results, dev["self-attention"].mean()
 
 
 def main(args):
@@ -97,12 +102,14 @@ def main(args):
             encoder = TFAutoModel.from_config(AutoConfig.from_pretrained(folder))
         else:
             encoder = TFAutoModel.from_pretrained(folder)  # The encoder alone: the LM head is left out.
-        for place, (accuracy, spearman) in scores(encoder, tokenizer, sst2, stsb).items():
-            rows.append([name, place, f"{100 * accuracy:.1f}", f"{100 * spearman:.1f}"])
+        results, on_itself = scores(encoder, tokenizer, sst2, stsb)
+        rows += [[name, f"{100 * on_itself:.0f} %", place, f"{100 * accuracy:.1f}", f"{100 * spearman:.1f}"]
+                 for place, (accuracy, spearman) in results.items()]
     labels = sst2["train"].labels
     majority = np.mean(np.array(sst2["validation"].labels) == max(set(labels), key=labels.count))
-    rows.append(["majority class", "", f"{100 * majority:.1f}", ""])
-    print_table(["model", "features at", "SST-2 probe accuracy", "STS-B cosine, Spearman × 100"], rows)
+    rows.append(["majority class", "", "", f"{100 * majority:.1f}", ""])
+    print_table(["model", "<s> attends to itself", "features at", "SST-2 probe accuracy",
+                 "STS-B cosine, Spearman × 100"], rows)
 
 
 if __name__ == "__main__":

@@ -331,7 +331,8 @@ def test_transformers_5_with_pytorch_runs_the_pair_classifier_and_the_regressor_
 
 def test_frozen_features_are_read_at_s_and_averaged_over_the_tokens_only(pretrained_model_dir, monkeypatch):
     # benchmarks/frozen_features.py: a text's features do not depend on the texts batched with it (the padding of a
-    # longer one is left out of the mean), and "<s>" is the output at the first position.
+    # longer one is left out of the mean), "<s>" is the output at the first position, and "self-attention" the
+    # last layer's attention from there on itself.
     from transformers import AutoTokenizer, TFAutoModel
 
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
@@ -341,8 +342,11 @@ def test_frozen_features_are_read_at_s_and_averaged_over_the_tokens_only(pretrai
     encoder = TFAutoModel.from_pretrained(pretrained_model_dir)
     short, long = "The game began.", "The game began in the rain, and the crowd stayed until the very end of it."
     alone, batched = features(encoder, tokenizer, [short], 64), features(encoder, tokenizer, [short, long], 64)
-    outputs = encoder(**tokenizer([short], return_tensors="tf")).last_hidden_state.numpy()[0]
+    result = encoder(**tokenizer([short], return_tensors="tf"), output_attentions=True)
+    outputs = result.last_hidden_state.numpy()[0]
     np.testing.assert_allclose(alone["mean"][0], outputs.mean(axis=0), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(batched["mean"][0], alone["mean"][0], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(batched["<s>"][0], outputs[0], rtol=1e-4, atol=1e-5)
     assert not np.allclose(alone["mean"][0], alone["<s>"][0])
+    on_itself = result.attentions[-1].numpy()[0, :, 0, 0].mean()  # [batch, heads, from, to]
+    np.testing.assert_allclose([alone["self-attention"][0], batched["self-attention"][0]], on_itself, rtol=1e-4)
