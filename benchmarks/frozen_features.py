@@ -30,6 +30,7 @@ from sklearn.preprocessing import StandardScaler
 from common import describe_machine, print_table
 from glue import FROM_SCRATCH, TASKS, sst2_subset
 import tasks
+from utils import UserError
 
 BATCH_SIZE = 256
 
@@ -90,9 +91,12 @@ def main(args):
     import tf_keras as keras
     from transformers import AutoConfig, AutoTokenizer, TFAutoModel
 
-    with tempfile.TemporaryDirectory() as folder:
-        sst2 = read_task("sst2", sst2_subset(args.glue_dir, folder, args.sst2_train_examples))
     stsb = read_task("stsb", os.path.join(args.glue_dir, TASKS["stsb"][0]))
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            sst2 = read_task("sst2", sst2_subset(args.glue_dir, folder, args.sst2_train_examples))
+        except FileNotFoundError as err:  # sst2_subset reads SST-2's files itself.
+            raise UserError(f"{err.filename} is missing: --glue_dir must hold GLUE's SST-2 folder.") from err
     print(describe_machine())
     rows = []
     for name, folder in [*args.models.items(), (FROM_SCRATCH, next(iter(args.models.values())))]:
@@ -113,4 +117,7 @@ def main(args):
 
 
 if __name__ == "__main__":
-    main(parse_args())
+    try:
+        main(parse_args())
+    except UserError as err:  # A GLUE folder without the files (tasks.py's message).
+        raise SystemExit(f"error: {err}")
