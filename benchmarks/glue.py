@@ -30,6 +30,7 @@ import sys
 import time
 
 from common import REPO, describe_machine, load_average, print_table
+from utils import UserError
 
 # The five tasks: GLUE's folder, the tokens per example (where 99 % of the training examples fit with the demo's
 # tokenizer; RTE's premises run longer, cut at BERT's 128), and the columns of the table.
@@ -68,6 +69,10 @@ def parse_args():
 def sst2_subset(glue_dir, output_dir, size):
     """A folder with `size` of SST-2's training sentences (drawn with seed 0, in the file's order) and its dev set."""
     folder = os.path.join(output_dir, f"SST-2-{size}")
+    missing = [file for file in ("train.tsv", "dev.tsv") if not os.path.exists(os.path.join(glue_dir, "SST-2", file))]
+    if missing:
+        raise UserError(f"{os.path.join(glue_dir, 'SST-2')} has no {' and no '.join(missing)}: --glue_dir must be "
+                        "a folder of GLUE's task folders, as GLUE's download script writes them.")
     if not os.path.exists(os.path.join(folder, "dev.tsv")):
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(glue_dir, "SST-2", "train.tsv"), encoding="utf-8") as f:
@@ -173,4 +178,7 @@ def print_summary(args, arms, results):
 
 
 if __name__ == "__main__":
-    main(parse_args())
+    try:
+        main(parse_args())
+    except UserError as err:
+        raise SystemExit(f"error: {err}")

@@ -350,3 +350,17 @@ def test_frozen_features_are_read_at_s_and_averaged_over_the_tokens_only(pretrai
     assert not np.allclose(alone["mean"][0], alone["<s>"][0])
     on_itself = result.attentions[-1].numpy()[0, :, 0, 0].mean()  # [batch, heads, from, to]
     np.testing.assert_allclose([alone["self-attention"][0], batched["self-attention"][0]], on_itself, rtol=1e-4)
+
+
+@pytest.mark.fast
+def test_the_glue_benchmarks_name_a_missing_sst2_file(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from glue import sst2_subset
+    from utils import UserError
+
+    shutil.copytree(GLUE / "SST-2", tmp_path / "glue" / "SST-2")
+    folder = sst2_subset(str(tmp_path / "glue"), str(tmp_path / "subset"), 10)
+    assert len(read_tsv(os.path.join(folder, "train.tsv"))) == 10
+    (tmp_path / "glue" / "SST-2" / "dev.tsv").unlink()
+    with pytest.raises(UserError, match="SST-2 has no dev.tsv: --glue_dir must be a folder of GLUE's task folders"):
+        sst2_subset(str(tmp_path / "glue"), str(tmp_path / "other"), 10)
