@@ -19,7 +19,6 @@ the models did not follow their masked-LM progress; this shows what the pre-trai
 import argparse
 import os
 import tempfile
-import types
 
 import numpy as np
 from scipy.stats import spearmanr
@@ -28,8 +27,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from common import describe_machine, print_table
-from glue import FROM_SCRATCH, TASKS, sst2_subset
-import tasks
+from glue import FROM_SCRATCH, TASKS, read_splits, sst2_subset
 from utils import UserError
 
 BATCH_SIZE = 256
@@ -44,12 +42,6 @@ def parse_args():
     args = parser.parse_args()
     args.models = dict(model.split("=", 1) for model in args.model)
     return args
-
-
-def read_task(task_name, data_dir):
-    """{split: tasks.Examples}, read as run_classification.py --task_name reads them."""
-    flags = types.SimpleNamespace(task_name=task_name, data_dir=data_dir, train_file=None)
-    return tasks.load_splits(flags, tasks.GLUE_TASKS[task_name])
 
 
 def features(encoder, tokenizer, texts, max_length):
@@ -91,9 +83,9 @@ def main(args):
     import tf_keras as keras
     from transformers import AutoConfig, AutoTokenizer, TFAutoModel
 
-    stsb = read_task("stsb", os.path.join(args.glue_dir, TASKS["stsb"][0]))
+    stsb = read_splits(os.path.join(args.glue_dir, TASKS["stsb"][0]), "stsb")
     with tempfile.TemporaryDirectory() as folder:
-        sst2 = read_task("sst2", sst2_subset(args.glue_dir, folder, args.sst2_train_examples))
+        sst2 = read_splits(sst2_subset(args.glue_dir, folder, args.sst2_train_examples), "sst2")
     print(describe_machine())
     rows = []
     for name, folder in [*args.models.items(), (FROM_SCRATCH, next(iter(args.models.values())))]:

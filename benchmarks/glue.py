@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
+import types
 
 from common import REPO, describe_machine, load_average, print_table
 from utils import UserError
@@ -64,6 +65,15 @@ def parse_args():
     args = parser.parse_args()
     args.models = dict(model.split("=", 1) for model in args.model)
     return args
+
+
+def read_splits(data_dir, task_name, task=None):
+    """{split: tasks.Examples} of a task's folder, read as run_classification.py --task_name reads it; `task`: another
+    definition of its files than GLUE's (tasks.GLUE_TASKS)."""
+    import tasks  # Here: the benchmark itself reads no data, its runs of run_classification.py do.
+
+    flags = types.SimpleNamespace(task_name=task_name, data_dir=data_dir, train_file=None)
+    return tasks.load_splits(flags, task or tasks.GLUE_TASKS[task_name])
 
 
 def sst2_subset(glue_dir, output_dir, size):

@@ -10,10 +10,9 @@ benchmark scores, and a model that has read them would be scored on text it has 
 import argparse
 import dataclasses
 import os
-import types
 
 from common import REPO  # noqa: F401 (puts the repository's modules on the path)
-from glue import TASKS
+from glue import TASKS, read_splits
 import tasks
 from utils import UserError
 
@@ -31,8 +30,7 @@ def training_texts(glue_dir):
     texts = {}
     for task_name, (folder, _, _) in TASKS.items():
         train_only = dataclasses.replace(tasks.GLUE_TASKS[task_name], files=(("train", "train.tsv"),), test_files=())
-        flags = types.SimpleNamespace(task_name=task_name, data_dir=os.path.join(glue_dir, folder), train_file=None)
-        train = tasks.load_splits(flags, train_only)["train"]
+        train = read_splits(os.path.join(glue_dir, folder), task_name, train_only)["train"]
         rows = zip(train.texts, train.text_pairs) if train.text_pairs else zip(train.texts)
         texts[task_name] = [line for row in rows for text in row if (line := text.strip())]
     return texts
