@@ -207,7 +207,7 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
                  shuffle_buffer_size=None, num_batches=None):
     """One host's input pipeline, endless (fit stops after the steps it asks for): its own shards (host i of n
     reads shards i, i + n, ...), read in parallel, batched `batch_size` per replica, parsed and masked (`masking`:
-    mask_tokens' arguments). Training data is shuffled (shard order, then samples in a buffer), with new masks on
+    mask_tokens' arguments, or open_with_summary's where it holds a summary_token_id). Training data is shuffled (shard order, then samples in a buffer), with new masks on
     every pass. Evaluation data is its first `num_batches` batches, each masked from (seed, batch index), over and
     over: Keras keeps one iterator for every evaluation of a fit call, and each must see the same masks."""
     host, num_hosts = input_context.input_pipeline_id, input_context.num_input_pipelines
@@ -231,7 +231,8 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
     @tf.autograph.experimental.do_not_convert  # Python branches only (see MaskedLMTrainer).
     def parse_and_mask(index, serialized):
         batch = {name: tf.cast(value, tf.int32) for name, value in tf.io.parse_example(serialized, features).items()}
-        batch.update(mask_tokens(batch["input_ids"], tf.stack([tf.constant(seed, tf.int64), index]), **masking))
+        mask = open_with_summary if "summary_token_id" in masking else mask_tokens
+        batch.update(mask(batch["input_ids"], tf.stack([tf.constant(seed, tf.int64), index]), **masking))
         return batch
 
     batches = batches.enumerate().map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE)
@@ -281,6 +282,29 @@ def mask_tokens(input_ids, seed, *, mask_token_id, special_token_ids, vocab_size
     is_random = chosen & (replace_draw >= mask_share) & (replace_draw < mask_share + random_share)
     batch["input_ids"] = tf.where(is_random, random_ids, masked_ids)
     batch["labels"] = tf.where(chosen, input_ids, tf.constant(-100, input_ids.dtype))
+    return batch
+
+
+def open_with_summary(input_ids, seed, *, summary_token_id, **masking):
+    """mask_tokens with <s> (`summary_token_id`) in place of each sample's first token, labelled with a token of the
+    sample drawn at random (never a special one): through the LM head, <s>'s output learns to predict the sample's
+    bag of words. Without it, a masked LM never trains <s>'s output, and pre-training leaves <s> attending to
+    itself; yet <s> at the start is what a classification head reads (benchmarks/README.md, "What the
+    classification head reads"). The other tokens are masked by mask_tokens, and <s> gets a predicted position of
+    its own: K + 1 "masked_positions" for `max_predictions` K."""
+    summary_seed, seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    rest = input_ids[:, 1:]
+    batch = mask_tokens(rest, seed, **dict(masking, max_predictions=min(masking.get("max_predictions", 0),
+                                                                         rest.shape[1])))
+    is_content = ~tf.reduce_any(rest[..., tf.newaxis] == masking["special_token_ids"], axis=-1)
+    # A uniform draw among the content tokens: the largest of their uniform numbers.
+    drawn = tf.argmax(tf.where(is_content, tf.random.stateless_uniform(tf.shape(rest), summary_seed), -1.0), axis=1)
+    summary_label = tf.where(tf.reduce_any(is_content, axis=1), tf.gather(rest, drawn, batch_dims=1), -100)
+    first = tf.ones_like(input_ids[:, :1])
+    batch["input_ids"] = tf.concat([first * summary_token_id, batch["input_ids"]], axis=1)
+    batch["labels"] = tf.concat([summary_label[:, tf.newaxis], batch["labels"]], axis=1)
+    if "masked_positions" in batch:
+        batch["masked_positions"] = tf.concat([first * 0, batch["masked_positions"] + 1], axis=1)
     return batch
 
 

@@ -179,11 +179,14 @@ def masking_arguments(args, tokenizer):
     # is what replaces tokens. A masked LM's: <mask>, else half a random token, half unchanged (BERT's 80/10/10).
     electra = args.objective == "electra"
     mask_share = args.mask_share or (0.85 if electra else 0.8)
-    shares = dict(mask_share=mask_share, random_share=0.0 if electra else (1 - mask_share) / 2)
-    return dict(mask_token_id=tokenizer.mask_token_id, special_token_ids=tokenizer.all_special_ids,
-                vocab_size=len(tokenizer), mlm_probability=args.mlm_probability,
-                max_predictions=args.max_predictions_per_seq, spans=args.masking == "span", word_starts=word_starts,
-                **shares)
+    masking = dict(mask_token_id=tokenizer.mask_token_id, special_token_ids=tokenizer.all_special_ids,
+                   vocab_size=len(tokenizer), mlm_probability=args.mlm_probability, mask_share=mask_share,
+                   random_share=0.0 if electra else (1 - mask_share) / 2, max_predictions=args.max_predictions_per_seq,
+                   spans=args.masking == "span", word_starts=word_starts)
+    if args.cls_bag_of_words and tokenizer.cls_token_id is None:
+        raise UserError(f"--cls_bag_of_words trains the token a classification head reads, but the tokenizer "
+                        f"{args.tokenizer} has none (no cls_token). Drop the flag, or use a tokenizer that has one.")
+    return dict(masking, summary_token_id=tokenizer.cls_token_id) if args.cls_bag_of_words else masking
 
 
 def host_dataset(args, plan, masking, files, seed, training=True):
@@ -492,6 +495,9 @@ def parse_args():
     data.add_argument("--mask_share", type=share,
                       help="Of the chosen tokens, the share that becomes <mask>; of the rest, half a random token, "
                            "half unchanged (ELECTRA: all unchanged). Default: 0.8, BERT's 80/10/10; ELECTRA 0.85.")
+    data.add_argument("--cls_bag_of_words", action="store_true",
+                      help="Open every sample with <s> (the classification token, in place of the first token), "
+                           "labelled with a random token of the sample: a summary where classifiers read (MLM only).")
     data.add_argument("--masking", choices=["token", "whole_word", "span"], default="token",
                       help="What is masked at once: a token, a whole word (all its tokens), or SpanBERT's spans of "
                            "whole words (default: %(default)s).")
@@ -579,6 +585,8 @@ def parse_args():
     if electra_flags and args.objective != "electra":  # ELECTRA was most likely meant: not hours of a masked LM.
         parser.error(f"this command trains a masked LM (no --objective electra), which ignores ELECTRA's "
                      f"{electra_flags}. Add --objective electra, or drop {electra_flags}.")
+    if args.cls_bag_of_words and args.objective == "electra":
+        parser.error("--cls_bag_of_words is a masked LM's loss: drop it, or --objective electra.")
     if args.generator_hidden_size is not None and args.generator_hidden_size > 1:
         parser.error(f"--generator_hidden_size is a fraction of the discriminator's hidden size, at most 1, got "
                      f"{args.generator_hidden_size}.")

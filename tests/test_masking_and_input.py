@@ -7,8 +7,9 @@ import pytest
 import tensorflow as tf
 
 from helpers import MAX_LENGTH, WIKITEXT
-from masked_lm import default_max_predictions, make_dataset, mask_tokens
+from masked_lm import default_max_predictions, make_dataset, mask_tokens, open_with_summary
 from shards import find_shards
+from utils import UserError
 
 pytestmark = pytest.mark.fast  # The masking and the input pipeline: all in the quick subset.
 
@@ -55,15 +56,11 @@ def test_rates_of_masking_and_replacement(batch):
     ("electra", None, (0.85, 0.0, 0.15)), ("electra", 0.7, (0.7, 0.0, 0.3))])
 def test_mask_share_sets_what_the_chosen_tokens_become(objective, mask_share, shares, batch):
     """--mask_share, through run_mlm.py's masking_arguments: the shares of <mask>, a random token and unchanged."""
-    from tokenizers import Tokenizer, models
-    from transformers import PreTrainedTokenizerFast
-
     from run_mlm import masking_arguments
 
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>")),
-                                        unk_token="<unk>", mask_token="<mask>")
+    tokenizer = word_level_tokenizer_without_cls()
     args = argparse.Namespace(masking="token", mlm_probability=0.15, max_predictions_per_seq=0, objective=objective,
-                              mask_share=mask_share)
+                              mask_share=mask_share, cls_bag_of_words=False)
     masking = masking_arguments(args, tokenizer)
     (masked_ids, labels), ids = masked(batch, [5, 6], mask_share=masking["mask_share"],
                                        random_share=masking["random_share"]), batch.numpy()
@@ -72,6 +69,14 @@ def test_mask_share_sets_what_the_chosen_tokens_become(objective, mask_share, sh
     unchanged = masked_ids[chosen] == ids[chosen]
     for share, expected in zip((to_mask.mean(), (~to_mask & ~unchanged).mean(), unchanged.mean()), shares):
         assert abs(share - expected) < 0.01
+
+
+def word_level_tokenizer_without_cls():
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>")),
+                                   unk_token="<unk>", mask_token="<mask>")
 
 
 def test_special_tokens_and_padding_are_never_masked(batch):
@@ -296,6 +301,48 @@ def test_the_masked_share_is_mlm_probability_in_every_mode(mode, shards_dir, tok
         original = np.where(batch["labels"] != -100, batch["labels"], batch["input_ids"])
         candidates += (~np.isin(original, tokenizer.all_special_ids)).sum()
     assert abs(chosen / candidates - 0.3) < 0.01
+
+
+def test_cls_bag_of_words_opens_every_sample_with_s_labelled_with_one_of_its_tokens(shards_dir, tokenizer_dir):
+    """--cls_bag_of_words, through run_mlm.py's masking_arguments and make_dataset, on real shards: <s> replaces
+    each sample's first token, its label is a token of the rest of the sample (never a special one), the rest is
+    masked as before, and the LM head computes logits at <s> too."""
+    from transformers import AutoTokenizer
+
+    from run_mlm import masking_arguments
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    args = argparse.Namespace(masking="token", mlm_probability=0.15, max_predictions_per_seq=32, objective="mlm",
+                              mask_share=None, cls_bag_of_words=True, tokenizer=str(tokenizer_dir))
+    files, _ = find_shards(str(shards_dir / "validation"), MAX_LENGTH)
+    dataset = make_dataset(files, input_context(), batch_size=16, max_length=MAX_LENGTH, seed=4, training=False,
+                           masking=masking_arguments(args, tokenizer), num_batches=4)
+    special = tokenizer.all_special_ids
+    for batch in dataset.take(4).as_numpy_iterator():
+        ids, labels, positions = batch["input_ids"], batch["labels"], batch["masked_positions"]
+        assert (ids[:, 0] == tokenizer.cls_token_id).all() and positions.shape == (16, 33)
+        original = np.where(labels != -100, labels, ids)[:, 1:]
+        for row, label in zip(original, labels[:, 0]):
+            assert label not in special and label in row
+        rest = labels[:, 1:] != -100
+        assert 0.1 < rest.mean() < 0.2  # mlm_probability 0.15 of the rest's tokens, most of them not special.
+        assert 0.7 < (ids[:, 1:][rest] == tokenizer.mask_token_id).mean() < 0.9  # 80 % of them become <mask>.
+        assert (positions[:, 0] == 0).all()
+        for row_labels, row_positions in zip(labels, positions):
+            assert set(np.flatnonzero(row_labels != -100)) <= set(row_positions)
+
+    with pytest.raises(UserError, match="--cls_bag_of_words trains the token a classification head reads"):
+        masking_arguments(args, word_level_tokenizer_without_cls())
+
+
+def test_the_label_at_s_is_drawn_uniformly_from_the_sample_s_tokens():
+    """Each token of the sample (the first one excepted: <s> takes its place) is drawn as often as it occurs; a
+    sample of special tokens only gets no label at <s>."""
+    rows = tf.constant([[9, 7, 7, 7, 8, 2, 1, 1]] * 4000 + [[0, 1, 1, 1, 1, 1, 1, 1]], tf.int32)
+    batch = open_with_summary(rows, tf.constant([1, 2], tf.int64), summary_token_id=0, **MASKING)
+    drawn = batch["labels"].numpy()[:, 0]
+    assert set(drawn[:-1]) == {7, 8} and drawn[-1] == -100
+    assert abs((drawn[:-1] == 7).mean() - 0.75) < 0.03  # 3 of the 4 content tokens; the sd is 0.007.
 
 
 def test_whole_word_masking_refuses_a_tokenizer_that_does_not_mark_words():
