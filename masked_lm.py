@@ -207,9 +207,10 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
                  shuffle_buffer_size=None, num_batches=None):
     """One host's input pipeline, endless (fit stops after the steps it asks for): its own shards (host i of n
     reads shards i, i + n, ...), read in parallel, batched `batch_size` per replica, parsed and masked (`masking`:
-    mask_tokens' arguments, or open_with_summary's where it holds a summary_token_id). Training data is shuffled (shard order, then samples in a buffer), with new masks on
-    every pass. Evaluation data is its first `num_batches` batches, each masked from (seed, batch index), over and
-    over: Keras keeps one iterator for every evaluation of a fit call, and each must see the same masks."""
+    mask_tokens' arguments, or open_with_summary's where it holds a summary_token_id). Training data is shuffled
+    (shard order, then samples in a buffer), with new masks on every pass. Evaluation data is its first
+    `num_batches` batches, each masked from (seed, batch index), over and over: Keras keeps one iterator for every
+    evaluation of a fit call, and each must see the same masks."""
     host, num_hosts = input_context.input_pipeline_id, input_context.num_input_pipelines
     if training:
         own = [os.path.basename(file) for file in files[host::num_hosts]]
@@ -289,9 +290,10 @@ def open_with_summary(input_ids, seed, *, summary_token_id, **masking):
     """mask_tokens with <s> (`summary_token_id`) in place of each sample's first token, labelled with a token of the
     sample drawn at random (never a special one): through the LM head, <s>'s output learns to predict the sample's
     bag of words. Without it, a masked LM never trains <s>'s output, and pre-training leaves <s> attending to
-    itself; yet <s> at the start is what a classification head reads (benchmarks/README.md, "What the
-    classification head reads"). The other tokens are masked by mask_tokens, and <s> gets a predicted position of
-    its own: K + 1 "masked_positions" for `max_predictions` K."""
+    itself, though <s> at the start is what a classification head reads (benchmarks/README.md, "what the
+    classification head reads": this mends <s>'s features, not GLUE's fine-tuned scores). The other tokens are
+    masked by mask_tokens, and <s> gets a predicted position of its own: K + 1 "masked_positions" for
+    `max_predictions` K."""
     summary_seed, seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
     rest = input_ids[:, 1:]
     batch = mask_tokens(rest, seed, **dict(masking, max_predictions=min(masking.get("max_predictions", 0),
