@@ -261,7 +261,7 @@ def mask_tokens(input_ids, seed, *, mask_token_id, special_token_ids, vocab_size
     """
     mask_seed, replace_seed, random_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
     shape = tf.shape(input_ids)
-    is_special = tf.reduce_any(input_ids[..., tf.newaxis] == special_token_ids, axis=-1)
+    is_special = is_special_token(input_ids, special_token_ids)
     batch = {}
     if word_starts is not None:
         chosen, replace_draw = choose_words(input_ids, is_special, word_starts, mask_seed, replace_seed,
@@ -298,7 +298,7 @@ def open_with_summary(input_ids, seed, *, summary_token_id, **masking):
     rest = input_ids[:, 1:]
     batch = mask_tokens(rest, seed, **dict(masking, max_predictions=min(masking.get("max_predictions", 0),
                                                                          rest.shape[1])))
-    is_content = ~tf.reduce_any(rest[..., tf.newaxis] == masking["special_token_ids"], axis=-1)
+    is_content = ~is_special_token(rest, masking["special_token_ids"])
     # A uniform draw among the content tokens: the largest of their uniform numbers.
     drawn = tf.argmax(tf.where(is_content, tf.random.stateless_uniform(tf.shape(rest), summary_seed), -1.0), axis=1)
     summary_label = tf.where(tf.reduce_any(is_content, axis=1), tf.gather(rest, drawn, batch_dims=1), -100)
@@ -306,8 +306,13 @@ def open_with_summary(input_ids, seed, *, summary_token_id, **masking):
     batch["input_ids"] = tf.concat([first * summary_token_id, batch["input_ids"]], axis=1)
     batch["labels"] = tf.concat([summary_label[:, tf.newaxis], batch["labels"]], axis=1)
     if "masked_positions" in batch:
-        batch["masked_positions"] = tf.concat([first * 0, batch["masked_positions"] + 1], axis=1)
+        batch["masked_positions"] = tf.concat([tf.zeros_like(first), batch["masked_positions"] + 1], axis=1)
     return batch
+
+
+def is_special_token(input_ids, special_token_ids):
+    """[batch, length] booleans: where a token is one of `special_token_ids`, never masked nor drawn at <s>."""
+    return tf.reduce_any(input_ids[..., tf.newaxis] == special_token_ids, axis=-1)
 
 
 # SpanBERT's span lengths, in words: Geometric(0.2) truncated to 1 to MAX_SPAN_WORDS and renormalised, P(n) in
