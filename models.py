@@ -88,6 +88,17 @@ def config_changes(before, after):
             if before.get(key) != after.get(key) and "dropout" not in key and key not in ignored]
 
 
+def override_config(config, overrides):
+    """Applies --config_overrides ("name=value,...") to `config`; returns the fields it changed but dropout rates
+    (config_changes): those a model whose weights are kept cannot take."""
+    before = config.to_dict()
+    try:
+        config.update_from_string(overrides)
+    except ValueError as err:
+        raise UserError(f"bad --config_overrides {overrides!r}: {err}") from err
+    return config_changes(before, config.to_dict())
+
+
 def config_overrides(text):
     """An argparse type: --config_overrides as given ("name=value,..."), its rates and sizes checked here; the names
     and the other values are checked once the config is loaded (run_mlm.py's model_config). A dropout rate of 1 or

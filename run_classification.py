@@ -40,8 +40,8 @@ import sys
 import numpy as np
 
 from devices import add_hardware_arguments, count_hosts, create_optimizer_state, set_up_training, strategy_name
-from models import (check_max_length, load_config, load_pretrained_model, load_tokenizer, save_model_folder,
-                    write_model_card)
+from models import (check_max_length, config_overrides, load_config, load_pretrained_model, load_tokenizer,
+                    override_config, save_model_folder, write_model_card)
 from tasks import (GLUE_TASKS, encode, evaluation_metrics, label_names_of, load_splits, predictions_file,
                    predictions_of, sample_per_label, score_predictions, stratified_split, task_name, task_of_flags,
                    write_predictions)
@@ -103,6 +103,9 @@ def parse_args(argv=None):
                             "on the same labels, whose head is kept. Its tokenizer is used.")
     model.add_argument("--from_scratch", action="store_true",
                        help="Same architecture and tokenizer, random weights: the baseline without pre-training.")
+    model.add_argument("--config_overrides", type=config_overrides,
+                       help="Dropout to fine-tune with, e.g. hidden_dropout_prob=0.1,attention_probs_dropout_prob=0.1 "
+                            "(default: the model's own, 0 for the demo's). Dropout only: the weights fix the rest.")
 
     training = parser.add_argument_group("training")
     training.add_argument("--per_replica_batch_size", type=positive_int, default=32,
@@ -186,8 +189,9 @@ def main(args):
     if is_chief:
         write_tensorboard_results(os.path.join(args.output_dir, "logs"), results, step=best_epoch)
         results.update(model_name_or_path=args.model_name_or_path, task_name=args.task_name,
-                       from_scratch=args.from_scratch, regression=task.regression,
-                       num_labels=1 if task.regression else len(label_names), train_examples=len(splits["train"]),
+                       from_scratch=args.from_scratch, config_overrides=args.config_overrides,
+                       regression=task.regression, num_labels=1 if task.regression else len(label_names),
+                       train_examples=len(splits["train"]),
                        examples_per_label=args.examples_per_label, max_length=args.max_length,
                        num_replicas=strategy.num_replicas_in_sync, global_batch_size=global_batch_size,
                        learning_rate=args.learning_rate, num_epochs=args.num_epochs, seed=args.seed,
@@ -301,6 +305,10 @@ def classification_config(args, label_names, tokenizer):
         raise UserError(f"{args.model_name_or_path!r} holds a {architectures or config.model_type} model, "
                         f"not a masked-LM or sequence-classification model (nor an ELECTRA discriminator). "
                         f"{PASS_A_MODEL_FOLDER}")
+    changed = override_config(config, args.config_overrides) if args.config_overrides else []
+    if changed:
+        raise UserError(f"--config_overrides sets {changed[0]}, but fine-tuning keeps the architecture of "
+                        f"{args.model_name_or_path!r}, and its {changed[0]}: only dropout may change. Drop it.")
     # A regression's one output has no label name: 🤗 calls it LABEL_0, and its config's problem_type says what it is.
     regression = label_names is None
     label_names = ["LABEL_0"] if regression else label_names

@@ -35,8 +35,8 @@ import time
 
 from devices import (Throughput, add_hardware_arguments, check_input_pipeline, check_paths_for_pod, count_hosts,
                      host_addresses, host_index, set_up_training, strategy_name)
-from models import (ARCHITECTURES, ELECTRA_GENERATOR, check_max_length, config_changes, config_overrides,
-                    count_parameters, load_config, load_pretrained_model, load_tokenizer,
+from models import (ARCHITECTURES, ELECTRA_GENERATOR, check_max_length, config_overrides, count_parameters,
+                    load_config, load_pretrained_model, load_tokenizer, override_config,
                     refuse_a_tokenizer_not_the_models, save_model_folder, saved_generator, weights_fingerprint,
                     write_model_card)
 from shards import MIN_MAX_LENGTH, TOKEN_COUNTS_NAME, damaged_shards_named, find_shards, read_token_counts
@@ -224,11 +224,7 @@ def model_config(args, tokenizer):
                          "Pass a Hub model id (online), or a local folder holding config.json"
                          + ("." if start else ", or a config file."))
     original = config.to_dict()
-    if args.config_overrides:
-        try:
-            config.update_from_string(args.config_overrides)
-        except ValueError as err:
-            raise UserError(f"bad --config_overrides {args.config_overrides!r}: {err}") from err
+    changed = override_config(config, args.config_overrides) if args.config_overrides else []
     if config.model_type == "deberta" and config.relative_attention:
         raise UserError("DeBERTa (v1) with relative_attention=True does not train under XLA, which TPUs always use "
                         "(TensorFlow's DeBERTa: a gradient in its attention fails to compile). Use deberta-v2 "
@@ -245,7 +241,6 @@ def model_config(args, tokenizer):
                            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id))
         check_max_length(config, args.max_length, can_override=True)
         return config
-    changed = config_changes(original, config.to_dict())
     if changed:
         raise UserError(f"--config_overrides sets {changed[0]}, but the model of --model_name_or_path {start!r} "
                         f"has {changed[0]}={original.get(changed[0])!r} in its weights: starting from a model, "

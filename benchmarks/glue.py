@@ -56,6 +56,8 @@ def parse_args():
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="(default: %(default)s)")
     parser.add_argument("--num_epochs", type=int, default=3, help="(default: %(default)s)")
     parser.add_argument("--per_replica_batch_size", type=int, default=32, help="(default: %(default)s)")
+    parser.add_argument("--config_overrides", help="Dropout for every fine-tuning run (run_classification.py's flag; "
+                        "default: each model's own). Runs already in --output_dir are kept: give each its own folder.")
     parser.add_argument("--sst2_train_examples", type=int, default=4000, help="(default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=2,
                         help="Runs side by side, each on its share of the cores: a small model uses one core better "
@@ -104,7 +106,8 @@ def run(args, arm, task_name, learning_rate, seed, data_dir):
                    "--task_name", task_name, "--data_dir", data_dir, "--max_length", TASKS[task_name][1],
                    "--learning_rate", learning_rate, "--num_epochs", args.num_epochs, "--seed", seed,
                    "--per_replica_batch_size", args.per_replica_batch_size, "--output_dir", folder, "--overwrite",
-                   "--no_tpu", *(["--from_scratch"] if arm == FROM_SCRATCH else [])]
+                   "--no_tpu", *(["--from_scratch"] if arm == FROM_SCRATCH else []),
+                   *(["--config_overrides", args.config_overrides] if args.config_overrides else [])]
         threads = str(max(1, (os.cpu_count() or 1) // args.jobs))
         start = time.perf_counter()
         result = subprocess.run([str(part) for part in command], capture_output=True, text=True,
@@ -130,7 +133,8 @@ def main(args):
     arms = [*args.models, FROM_SCRATCH]
     print(describe_machine())
     print(f"{args.models}; learning rates {args.learning_rates}, seeds {args.seeds}, {args.num_epochs} epochs, "
-          f"batch {args.per_replica_batch_size}; SST-2: {args.sst2_train_examples} training sentences\n", flush=True)
+          f"batch {args.per_replica_batch_size}; SST-2: {args.sst2_train_examples} training sentences"
+          + (f"; {args.config_overrides}" if args.config_overrides else "") + "\n", flush=True)
     # The first learning rate for every model and task first: a benchmark stopped early has a whole table of it.
     plan = [(arm, task_name, learning_rate, seed) for learning_rate in args.learning_rates for seed in args.seeds
             for task_name in args.tasks for arm in arms]

@@ -54,6 +54,8 @@ from utils import UserError
      "argument --learning_rate: must be above 0, got -1e-3"),
     (run_classification, ["--model_name_or_path", "m", "--train_file", "t.csv", "--weight_decay_rate", "-1"],
      "argument --weight_decay_rate: must be 0 or more, got -1"),
+    (run_classification, ["--model_name_or_path", "m", "--train_file", "t.csv", "--config_overrides",
+                          "hidden_dropout_prob=1"], "hidden_dropout_prob is a dropout rate: it must be in [0, 1), got 1"),
 ])
 def test_hyper_parameters_out_of_their_domain_are_refused_with_the_range(script, argv, message, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", [f"{script.__name__}.py", *argv])

@@ -9,6 +9,8 @@ import pytest
 
 from classifier import evaluation_dataset
 from helpers import REPO, assert_entry_point_error, run_main, run_script, unfinished_copy
+from models import load_tokenizer
+from run_classification import classification_config, parse_args
 from run_folder import last_checkpoint
 from tasks import Examples, Task, evaluation_metrics, load_splits, sample_per_label, stratified_split
 from utils import UserError
@@ -183,23 +185,15 @@ def test_classification_metrics():
                                         {"label": "z", "predicted": "x", "count": 1}]
 
 
-def without_dropout(model_dir, tmp_path):
-    """A copy of a model folder with dropout off, so that training is deterministic (XLA ignores dropout seeds)."""
-    copy = tmp_path / "no-dropout"
-    shutil.copytree(model_dir, copy, ignore=shutil.ignore_patterns("checkpoints", "logs"))
-    config = json.loads((copy / "config.json").read_text())
-    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    (copy / "config.json").write_text(json.dumps(config))
-    return copy
-
-
 def test_two_cpu_replicas_match_one(pretrained_model_dir, tmp_path):
-    # The same global batch of 16: 16 on one replica, or 8 on each of two.
-    model_dir = without_dropout(pretrained_model_dir, tmp_path)
+    # The same global batch of 16: 16 on one replica, or 8 on each of two; dropout off, so that training is
+    # deterministic (XLA ignores dropout seeds).
+    no_dropout = ["--config_overrides", "hidden_dropout_prob=0,attention_probs_dropout_prob=0"]
     results = {}
     for replicas in (1, 2):
         output_dir = tmp_path / f"replicas-{replicas}"
-        args = [*fine_tune_args(model_dir, output_dir), "--num_epochs", 2, "--per_replica_batch_size", 16 // replicas]
+        args = [*fine_tune_args(pretrained_model_dir, output_dir), *no_dropout, "--num_epochs", 2,
+                "--per_replica_batch_size", 16 // replicas]
         # Splitting the CPU into replicas takes a process of its own; one replica runs in a fresh process too: in the
         # test process, its losses drifted by up to 5e-4 with the tests that process had run before (full suite).
         result = run_script("run_classification.py", *args, "--num_cpu_replicas", replicas)
@@ -208,6 +202,7 @@ def test_two_cpu_replicas_match_one(pretrained_model_dir, tmp_path):
         results[replicas] = json.loads((output_dir / "eval_results.json").read_text())
     one, two = results[1], results[2]
     assert two["num_replicas"] == 2 and two["test"]["num_examples"] == TEST_EXAMPLES
+    assert one["config_overrides"] == two["config_overrides"] == no_dropout[1]
     for name in ("loss", "val_loss"):
         assert two["history"][name] == pytest.approx(one["history"][name], rel=1e-4)
     for split in ("validation", "test"):
@@ -310,6 +305,22 @@ def test_bad_model(pretrained_model_dir, tokenizer_dir, tmp_path):
     (encoder_only / "config.json").write_text(json.dumps({**config, "architectures": ["RobertaForCausalLM"]}))
     assert_fails([*args, "--model_name_or_path", encoder_only],
                  "holds a ['RobertaForCausalLM'] model, not a masked-LM or sequence-classification model")
+
+
+@pytest.mark.fast
+def test_config_overrides_set_dropout_and_nothing_else(pretrained_model_dir, tmp_path):
+    def config(overrides, *flags):
+        args = parse_args([*map(str, fine_tune_args(pretrained_model_dir, tmp_path)), "--config_overrides", overrides,
+                           *flags])
+        return classification_config(args, ["a", "b"], load_tokenizer(pretrained_model_dir, "", ""))
+
+    for flags in ([], ["--from_scratch"]):
+        dropout = config("hidden_dropout_prob=0.3,attention_probs_dropout_prob=0.2", *flags)
+        assert (dropout.hidden_dropout_prob, dropout.attention_probs_dropout_prob) == (0.3, 0.2)
+        assert dropout.num_labels == 2
+        with pytest.raises(UserError, match=r"--config_overrides sets num_hidden_layers, but fine-tuning keeps the "
+                                             r"architecture of .* only dropout may change"):
+            config("hidden_dropout_prob=0.3,num_hidden_layers=1", *flags)
 
 
 def test_fine_tuned_model_needs_the_same_labels(fine_tuned_dir, tmp_path):
