@@ -45,7 +45,8 @@ from models import (check_max_length, config_overrides, load_config, load_pretra
 from tasks import (GLUE_TASKS, encode, evaluation_metrics, label_names_of, load_splits, predictions_file,
                    predictions_of, sample_per_label, score_predictions, stratified_split, task_name, task_of_flags,
                    write_predictions)
-from utils import UserError, check_output_dir, fraction, non_negative_float, positive_float, positive_int, save_folder
+from utils import (UserError, check_output_dir, fraction, non_negative_float, non_negative_int, positive_float,
+                   positive_int, save_folder)
 
 logger = logging.getLogger("run_classification")
 
@@ -120,6 +121,10 @@ def parse_args(argv=None):
                           help="Warmup as a fraction of all steps, then a linear decay to 0 (default: %(default)s).")
     training.add_argument("--num_epochs", type=positive_int, default=5,
                           help="Passes over the training data (default: %(default)s).")
+    training.add_argument("--head_epochs", type=non_negative_int, default=0,
+                          help="Epochs that train the new head alone on the frozen encoder, before --num_epochs of the "
+                               "whole model (Kumar et al., 2022: a random head's first gradients otherwise reshape the "
+                               "pre-trained features); their scores are logged, never kept (default: %(default)s).")
     training.add_argument("--early_stopping_patience", type=positive_int,
                           help="Stop after this many epochs without a better validation score (default: train "
                                "every epoch). Either way, the best epoch's weights are the ones kept.")
@@ -154,7 +159,6 @@ def parse_args(argv=None):
 
 
 def main(args):
-    from classifier import ClassifierTrainer
     from run_folder import refuse_an_unfinished_pretraining_run
 
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
@@ -179,10 +183,9 @@ def main(args):
 
     with strategy.scope():
         model = build_model(args, config)
-        trainer = ClassifierTrainer(model, jit_compile)
     logger.info("Model: %s with %.1fM parameters, %s", config.model_type, model.count_params() / 1e6,
                 "random weights (--from_scratch)" if args.from_scratch else f"from {args.model_name_or_path}")
-    best_epoch, history = train(args, strategy, trainer, task, encoded, global_batch_size)
+    trainer, best_epoch, history = train(args, strategy, model, jit_compile, task, encoded, global_batch_size)
     predictions = {split: predict(trainer, task, *encoded[split], global_batch_size)
                    for split in splits if split != "train"}
     results = evaluate(task, splits, encoded, predictions, label_names)
@@ -194,7 +197,8 @@ def main(args):
                        train_examples=len(splits["train"]),
                        examples_per_label=args.examples_per_label, max_length=args.max_length,
                        num_replicas=strategy.num_replicas_in_sync, global_batch_size=global_batch_size,
-                       learning_rate=args.learning_rate, num_epochs=args.num_epochs, seed=args.seed,
+                       learning_rate=args.learning_rate, head_epochs=args.head_epochs, num_epochs=args.num_epochs,
+                       seed=args.seed,
                        best_epoch=best_epoch, history=history)
         save(args, model, tokenizer, results, task, splits, predictions, label_names)
 
@@ -225,41 +229,57 @@ def prepare_data(args, task):
     return label_names, splits
 
 
-def train(args, strategy, trainer, task, encoded, global_batch_size):
-    """Fine-tunes the trainer's classifier and leaves it with the weights of the epoch of best validation score;
-    returns that epoch (counted from 1) and the per-epoch history."""
+def train(args, strategy, model, jit_compile, task, encoded, global_batch_size):
+    """Fine-tunes `model` (after --head_epochs of its head alone) and leaves it with the weights of the epoch of best
+    validation score; returns its trainer, that epoch (counted from 1) and the per-epoch history (the head's epochs
+    as head_only_loss, ...)."""
     import tf_keras as keras  # 🤗 Transformers' TF models are Keras 2 models: tf_keras, not tf.keras (Keras 3).
     from transformers import create_optimizer
 
-    from classifier import ValidationScores, evaluation_dataset, training_dataset
+    from classifier import ClassifierTrainer, ValidationScores, evaluation_dataset, training_dataset
 
     steps_per_epoch = len(encoded["train"][1]) // global_batch_size
     if steps_per_epoch == 0:
         raise UserError(f"the {len(encoded['train'][1])} training examples do not fill one global batch of "
                         f"{global_batch_size}. Lower --per_replica_batch_size.")
-    total_steps = steps_per_epoch * args.num_epochs
-    with strategy.scope():
-        optimizer, _ = create_optimizer(init_lr=args.learning_rate, num_train_steps=total_steps,
-                                        num_warmup_steps=int(args.warmup_ratio * total_steps),
-                                        weight_decay_rate=args.weight_decay_rate)
-        # weighted_metrics=[]: ClassifierTrainer weighs the examples itself; this silences Keras' warning about it.
-        trainer.compile(optimizer=optimizer, weighted_metrics=[], steps_per_execution=args.steps_per_execution)
-        create_optimizer_state(optimizer, trainer.classifier.trainable_variables)
     validation = evaluation_dataset(*encoded["validation"], global_batch_size)
     validation_targets = encoded["validation"][1]
     scores = ValidationScores(validation, len(validation_targets), lambda outputs: score_predictions(
         task, validation_targets, predictions_of(task, outputs)))
+
+    def fit(epochs, callbacks):
+        """`epochs` of the weights trainable now, with a warmup and linear decay of their own. A new trainer each
+        time: its step, once traced, would keep the variables it was traced with."""
+        total_steps = steps_per_epoch * epochs
+        with strategy.scope():
+            trainer = ClassifierTrainer(model, jit_compile)
+            optimizer, _ = create_optimizer(init_lr=args.learning_rate, num_train_steps=total_steps,
+                                            num_warmup_steps=int(args.warmup_ratio * total_steps),
+                                            weight_decay_rate=args.weight_decay_rate)
+            # weighted_metrics=[]: ClassifierTrainer weighs the examples itself; this silences Keras' warning.
+            trainer.compile(optimizer=optimizer, weighted_metrics=[], steps_per_execution=args.steps_per_execution)
+            create_optimizer_state(optimizer, model.trainable_variables)
+        history = trainer.fit(training_dataset(*encoded["train"], global_batch_size, args.seed),
+                              validation_data=validation, epochs=epochs, callbacks=[scores, *callbacks],
+                              verbose=1 if sys.stdout.isatty() else 2)
+        return trainer, history.history
+
+    head_only = {}
+    if args.head_epochs:
+        encoder = getattr(model, model.base_model_prefix)  # 🤗's main layer: all but the head.
+        encoder.trainable = False
+        logger.info("The head alone, on the frozen encoder: %d epochs", args.head_epochs)
+        head_only = {f"head_only_{name}": values for name, values in fit(args.head_epochs, [])[1].items()}
+        encoder.trainable = True
     keep_best = keras.callbacks.EarlyStopping(monitor="val_score", mode="max", restore_best_weights=True,
                                               patience=args.early_stopping_patience or args.num_epochs)
     tensorboard = keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs"), write_graph=False)
     logger.info("Training: %d steps per epoch of %d examples, %d epochs; the score: %s", steps_per_epoch,
                 global_batch_size, args.num_epochs, " and ".join(task.metrics))
-    history = trainer.fit(training_dataset(*encoded["train"], global_batch_size, args.seed),
-                          validation_data=validation, epochs=args.num_epochs,
-                          callbacks=[scores, keep_best, tensorboard], verbose=1 if sys.stdout.isatty() else 2)
+    trainer, history = fit(args.num_epochs, [keep_best, tensorboard])
     best_epoch = keep_best.best_epoch + 1
     logger.info("Best validation score %.4f, at epoch %d: its weights are kept", keep_best.best, best_epoch)
-    return best_epoch, history.history
+    return trainer, best_epoch, {**head_only, **history}
 
 
 def predict(trainer, task, features, targets, global_batch_size):

@@ -11,8 +11,12 @@ average, as GLUE does. SST-2's 67,349 training sentences would take most of the 
 drawn once with seed 0, train it. Beside them: the majority class (the trivial baseline, whose score
 run_classification.py reports) and BERT-Tiny's published scores, which are on GLUE's test set, not its dev sets.
 
+The flags it does not know go to every run of run_classification.py: fine-tuning as you would (--head_epochs,
+--config_overrides with dropout), for every model and random weights alike.
+
 Each run's folder stays in --output_dir; a run whose eval_results.json is there is not run again: stopped, the
-benchmark goes on where it was, and --summary_only prints the table of what is there.
+benchmark goes on where it was (give each setting of the flags its own --output_dir), and --summary_only prints the
+table of what is there.
 
     python benchmarks/glue.py --glue_dir ../shared/data/glue --model "masked LM=demo-output/model" \\
         --output_dir glue-runs
@@ -56,15 +60,13 @@ def parse_args():
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="(default: %(default)s)")
     parser.add_argument("--num_epochs", type=int, default=3, help="(default: %(default)s)")
     parser.add_argument("--per_replica_batch_size", type=int, default=32, help="(default: %(default)s)")
-    parser.add_argument("--config_overrides", help="Dropout for every fine-tuning run (run_classification.py's flag; "
-                        "default: each model's own). Runs already in --output_dir are kept: give each its own folder.")
     parser.add_argument("--sst2_train_examples", type=int, default=4000, help="(default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=2,
                         help="Runs side by side, each on its share of the cores: a small model uses one core better "
                              "than two (default: %(default)s).")
     parser.add_argument("--output_dir", required=True, help="A folder for the runs, kept.")
     parser.add_argument("--summary_only", action="store_true", help="Print the table of the runs already there.")
-    args = parser.parse_args()
+    args, args.fine_tuning_flags = parser.parse_known_args()
     args.models = dict(model.split("=", 1) for model in args.model)
     return args
 
@@ -106,8 +108,7 @@ def run(args, arm, task_name, learning_rate, seed, data_dir):
                    "--task_name", task_name, "--data_dir", data_dir, "--max_length", TASKS[task_name][1],
                    "--learning_rate", learning_rate, "--num_epochs", args.num_epochs, "--seed", seed,
                    "--per_replica_batch_size", args.per_replica_batch_size, "--output_dir", folder, "--overwrite",
-                   "--no_tpu", *(["--from_scratch"] if arm == FROM_SCRATCH else []),
-                   *(["--config_overrides", args.config_overrides] if args.config_overrides else [])]
+                   "--no_tpu", *(["--from_scratch"] if arm == FROM_SCRATCH else []), *args.fine_tuning_flags]
         threads = str(max(1, (os.cpu_count() or 1) // args.jobs))
         start = time.perf_counter()
         result = subprocess.run([str(part) for part in command], capture_output=True, text=True,
@@ -134,7 +135,7 @@ def main(args):
     print(describe_machine())
     print(f"{args.models}; learning rates {args.learning_rates}, seeds {args.seeds}, {args.num_epochs} epochs, "
           f"batch {args.per_replica_batch_size}; SST-2: {args.sst2_train_examples} training sentences"
-          + (f"; {args.config_overrides}" if args.config_overrides else "") + "\n", flush=True)
+          + (f"; {' '.join(args.fine_tuning_flags)}" if args.fine_tuning_flags else "") + "\n", flush=True)
     # The first learning rate for every model and task first: a benchmark stopped early has a whole table of it.
     plan = [(arm, task_name, learning_rate, seed) for learning_rate in args.learning_rates for seed in args.seeds
             for task_name in args.tasks for arm in arms]

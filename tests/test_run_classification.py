@@ -10,9 +10,10 @@ import pytest
 from classifier import evaluation_dataset
 from helpers import REPO, assert_entry_point_error, run_main, run_script, unfinished_copy
 from models import load_tokenizer
-from run_classification import classification_config, parse_args
+from run_classification import build_model, classification_config, parse_args, prepare_data, train
 from run_folder import last_checkpoint
-from tasks import Examples, Task, evaluation_metrics, load_splits, sample_per_label, stratified_split
+from tasks import (Examples, Task, encode, evaluation_metrics, load_splits, sample_per_label, stratified_split,
+                   task_of_flags)
 from utils import UserError
 
 BANKING77 = REPO / "tests" / "data" / "banking77"
@@ -321,6 +322,39 @@ def test_config_overrides_set_dropout_and_nothing_else(pretrained_model_dir, tmp
         with pytest.raises(UserError, match=r"--config_overrides sets num_hidden_layers, but fine-tuning keeps the "
                                              r"architecture of .* only dropout may change"):
             config("hidden_dropout_prob=0.3,num_hidden_layers=1", *flags)
+
+
+def test_head_epochs_train_the_head_alone_then_the_whole_model(pretrained_model_dir, tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    import classifier
+
+    args = parse_args([*map(str, fine_tune_args(pretrained_model_dir, tmp_path / "model")), "--head_epochs", "2",
+                       "--num_epochs", "1"])
+    tokenizer = load_tokenizer(pretrained_model_dir, "", "")
+    task = task_of_flags(args)
+    label_names, splits = prepare_data(args, task)
+    encoded = {split: encode(tokenizer, examples, label_names, args.max_length) for split, examples in splits.items()}
+    model = build_model(args, classification_config(args, label_names, tokenizer))
+
+    def encoder_weights():
+        return [weight.numpy().copy() for weight in model.roberta.weights]
+
+    before, fits, keras_fit = encoder_weights(), [], classifier.ClassifierTrainer.fit
+
+    def fit(trainer, *args, **kwargs):  # What each phase trains, and the encoder as it starts.
+        fits.append(([variable.name for variable in trainer.classifier.trainable_variables], encoder_weights()))
+        return keras_fit(trainer, *args, **kwargs)
+
+    monkeypatch.setattr(classifier.ClassifierTrainer, "fit", fit)
+    _, best_epoch, history = train(args, tf.distribute.get_strategy(), model, False, task, encoded, 8)
+    (head, _), (whole_model, after_the_head) = fits
+    assert head and all("/classifier/" in name for name in head)
+    assert len(whole_model) == len(model.trainable_variables) > len(head)
+    assert all(np.array_equal(*pair) for pair in zip(before, after_the_head))  # Frozen while the head trained.
+    assert not all(np.array_equal(*pair) for pair in zip(after_the_head, encoder_weights()))
+    assert len(history["head_only_loss"]) == len(history["head_only_val_score"]) == 2
+    assert len(history["loss"]) == 1 and best_epoch == 1
 
 
 def test_fine_tuned_model_needs_the_same_labels(fine_tuned_dir, tmp_path):
