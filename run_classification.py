@@ -11,11 +11,12 @@ Hub dataset, with a text column, optionally a second text (--text_pair_column: s
 names (or a ClassLabel), or of numbers (--regression: one output, squared error). Without validation data, a
 stratified --validation_split_percentage of the training data is held out.
 
-The weights of the epoch with the best validation score are kept: the mean of the task's metrics (GLUE's: Matthews
-correlation for CoLA, F1 and accuracy for MRPC and QQP, Pearson and Spearman correlation for STS-B, accuracy for the
-others; accuracy for other classes; the two correlations for a regression). The metrics, the trivial baseline (the
-majority class, or the training mean), the worst classes and the most confused label pairs go to
-{output_dir}/eval_results.json and TensorBoard ({output_dir}/logs); each split's predictions, one per example in the
+With --head_epochs, the new head first trains alone on the frozen encoder, then the whole model trains. Of the
+whole model's epochs, the weights of the one with the best validation score are kept: the mean of the task's metrics
+(GLUE's: Matthews correlation for CoLA, F1 and accuracy for MRPC and QQP, Pearson and Spearman correlation for STS-B,
+accuracy for the others; accuracy for other classes; the two correlations for a regression). The metrics, the
+trivial baseline (the majority class, or the training mean), the worst classes and the most confused label pairs go
+to {output_dir}/eval_results.json and TensorBoard ({output_dir}/logs); each split's predictions, one per example in the
 order of its file, to {split}_predictions.tsv beside it (for a GLUE test file without labels, the file that GLUE's
 submission takes, such as RTE.tsv). The model and tokenizer are saved to --output_dir, for
 `pipeline("text-classification", model=output_dir, framework="tf", dtype=None)`, with a copy for 🤗 Transformers 5 and
