@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -364,3 +365,19 @@ def test_the_glue_benchmarks_name_a_missing_sst2_file(tmp_path, monkeypatch):
     (tmp_path / "glue" / "SST-2" / "dev.tsv").unlink()
     with pytest.raises(UserError, match="SST-2 has no dev.tsv: --glue_dir must be a folder of GLUE's task folders"):
         sst2_subset(str(tmp_path / "glue"), str(tmp_path / "other"), 10)
+
+
+@pytest.mark.fast
+def test_the_glue_benchmark_passes_fine_tuning_flags_on_and_refuses_those_it_sets(monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from glue import parse_args
+
+    required = ["glue.py", "--glue_dir", "glue", "--model", "a=b", "--output_dir", "runs"]
+    monkeypatch.setattr(sys, "argv", [*required, "--head_epochs", "3", "--seeds", "1", "--config_overrides=x=0"])
+    args = parse_args()
+    assert args.fine_tuning_flags == ["--head_epochs", "3", "--config_overrides=x=0"] and args.seeds == [1]
+    for flag in ("--max_length", "--task_name=rte", "--from_scratch"):
+        monkeypatch.setattr(sys, "argv", [*required, flag, *(["64"] if flag == "--max_length" else [])])
+        with pytest.raises(SystemExit):
+            parse_args()
+        assert f"error: {flag.split('=')[0]} is set for each run by this benchmark" in capsys.readouterr().err
