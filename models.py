@@ -89,14 +89,16 @@ def config_changes(before, after):
 
 
 def override_config(config, overrides):
-    """Applies --config_overrides ("name=value,...") to `config`; returns the fields it changed but dropout rates
-    (config_changes): those a model whose weights are kept cannot take."""
+    """Applies --config_overrides ("name=value,...", or None) to `config`; returns {field: its value before} of the
+    fields it changed but dropout rates (config_changes): those a model whose weights are kept cannot take."""
+    if not overrides:
+        return {}
     before = config.to_dict()
     try:
         config.update_from_string(overrides)
     except ValueError as err:
         raise UserError(f"bad --config_overrides {overrides!r}: {err}") from err
-    return config_changes(before, config.to_dict())
+    return {field: before.get(field) for field in config_changes(before, config.to_dict())}
 
 
 def config_overrides(text):

@@ -270,7 +270,8 @@ def train(args, strategy, model, jit_compile, task, encoded, global_batch_size):
         encoder = getattr(model, model.base_model_prefix)  # 🤗's main layer: all but the head.
         encoder.trainable = False
         logger.info("The head alone, on the frozen encoder: %d epochs", args.head_epochs)
-        head_only = {f"head_only_{name}": values for name, values in fit(args.head_epochs, [])[1].items()}
+        _, head_history = fit(args.head_epochs, [])
+        head_only = {f"head_only_{name}": values for name, values in head_history.items()}
         encoder.trainable = True
     keep_best = keras.callbacks.EarlyStopping(monitor="val_score", mode="max", restore_best_weights=True,
                                               patience=args.early_stopping_patience or args.num_epochs)
@@ -326,10 +327,10 @@ def classification_config(args, label_names, tokenizer):
         raise UserError(f"{args.model_name_or_path!r} holds a {architectures or config.model_type} model, "
                         f"not a masked-LM or sequence-classification model (nor an ELECTRA discriminator). "
                         f"{PASS_A_MODEL_FOLDER}")
-    changed = override_config(config, args.config_overrides) if args.config_overrides else []
+    changed = next(iter(override_config(config, args.config_overrides)), None)
     if changed:
-        raise UserError(f"--config_overrides sets {changed[0]}, but fine-tuning keeps the architecture of "
-                        f"{args.model_name_or_path!r}, and its {changed[0]}: only dropout may change. Drop it.")
+        raise UserError(f"--config_overrides sets {changed}, but fine-tuning keeps the architecture of "
+                        f"{args.model_name_or_path!r}, and its {changed}: only dropout may change. Drop it.")
     # A regression's one output has no label name: 🤗 calls it LABEL_0, and its config's problem_type says what it is.
     regression = label_names is None
     label_names = ["LABEL_0"] if regression else label_names

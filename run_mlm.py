@@ -223,8 +223,7 @@ def model_config(args, tokenizer):
                          "--model_name_or_path" if start else "--pretrained_model_config",
                          "Pass a Hub model id (online), or a local folder holding config.json"
                          + ("." if start else ", or a config file."))
-    original = config.to_dict()
-    changed = override_config(config, args.config_overrides) if args.config_overrides else []
+    changed = override_config(config, args.config_overrides)
     if config.model_type == "deberta" and config.relative_attention:
         raise UserError("DeBERTa (v1) with relative_attention=True does not train under XLA, which TPUs always use "
                         "(TensorFlow's DeBERTa: a gradient in its attention fails to compile). Use deberta-v2 "
@@ -242,8 +241,9 @@ def model_config(args, tokenizer):
         check_max_length(config, args.max_length, can_override=True)
         return config
     if changed:
-        raise UserError(f"--config_overrides sets {changed[0]}, but the model of --model_name_or_path {start!r} "
-                        f"has {changed[0]}={original.get(changed[0])!r} in its weights: starting from a model, "
+        field, held = next(iter(changed.items()))
+        raise UserError(f"--config_overrides sets {field}, but the model of --model_name_or_path {start!r} "
+                        f"has {field}={held!r} in its weights: starting from a model, "
                         "only dropout may change. Drop it, or train a new model of that shape from scratch "
                         "(--pretrained_model_config).")
     refuse_a_tokenizer_not_the_models(start, args.tokenizer, config, tokenizer)

@@ -70,11 +70,11 @@ def parse_args():
     parser.add_argument("--summary_only", action="store_true", help="Print the table of the runs already there.")
     args, args.fine_tuning_flags = parser.parse_known_args()
     # Passed on, these would override what the benchmark sets for each run, silently: its grid, its seeds.
-    for flag in args.fine_tuning_flags:
-        if flag.split("=")[0] in SET_FOR_EACH_RUN:
-            parser.error(f"{flag.split('=')[0]} is set for each run by this benchmark (each task's length, the "
-                         "grid, the seeds, the folders); drop it. Its own flags: --learning_rates, --seeds, --tasks, "
-                         "--num_epochs, --per_replica_batch_size.")
+    for name in (flag.split("=")[0] for flag in args.fine_tuning_flags):
+        if name in SET_FOR_EACH_RUN:
+            parser.error(f"{name} is set for each run by this benchmark (each task's length, the grid, the seeds, "
+                         "the folders); drop it. Its own flags: --learning_rates, --seeds, --tasks, --num_epochs, "
+                         "--per_replica_batch_size.")
     args.models = dict(model.split("=", 1) for model in args.model)
     return args
 
