@@ -11,18 +11,18 @@ Hub dataset, with a text column, optionally a second text (--text_pair_column: s
 names (or a ClassLabel), or of numbers (--regression: one output, squared error). Without validation data, a
 stratified --validation_split_percentage of the training data is held out.
 
-With --head_epochs, the new head first trains alone on the frozen encoder, then the whole model trains. Of the
-whole model's epochs, the weights of the one with the best validation score are kept: the mean of the task's metrics
-(GLUE's: Matthews correlation for CoLA, F1 and accuracy for MRPC and QQP, Pearson and Spearman correlation for STS-B,
-accuracy for the others; accuracy for other classes; the two correlations for a regression). The metrics, the
-trivial baseline (the majority class, or the training mean), the worst classes and the most confused label pairs go
-to {output_dir}/eval_results.json and TensorBoard ({output_dir}/logs); each split's predictions, one per example in the
-order of its file, to {split}_predictions.tsv beside it (for a GLUE test file without labels, the file that GLUE's
-submission takes, such as RTE.tsv). The model and tokenizer are saved to --output_dir, for
-`pipeline("text-classification", model=output_dir, framework="tf", dtype=None)`, with a copy for 🤗 Transformers 5 and
-PyTorch in {output_dir}/pytorch. The training step and the datasets are in classifier.py, the tasks and metrics in
-tasks.py; TensorFlow, and what imports it, is imported in the functions that use it, once the flags are parsed:
---help and a mistyped flag answer at once.
+With --head_epochs, the new head first trains alone on the frozen encoder (at --head_learning_rate), then the whole
+model trains. Of the whole model's epochs, the weights of the one with the best validation score are kept: the mean
+of the task's metrics (GLUE's: Matthews correlation for CoLA, F1 and accuracy for MRPC and QQP, Pearson and Spearman
+correlation for STS-B, accuracy for the others; accuracy for other classes; the two correlations for a regression).
+The metrics, the trivial baseline (the majority class, or the training mean), the worst classes and the most
+confused label pairs go to {output_dir}/eval_results.json and TensorBoard ({output_dir}/logs); each split's
+predictions, one per example in the order of its file, to {split}_predictions.tsv beside it (for a GLUE test file
+without labels, the file that GLUE's submission takes, such as RTE.tsv). The model and tokenizer are saved to
+--output_dir, for `pipeline("text-classification", model=output_dir, framework="tf", dtype=None)`, with a copy for 🤗
+Transformers 5 and PyTorch in {output_dir}/pytorch. The training step and the datasets are in classifier.py, the
+tasks and metrics in tasks.py; TensorFlow, and what imports it, is imported in the functions that use it, once the
+flags are parsed: --help and a mistyped flag answer at once.
 
 Examples (on a CPU, for the demo's small model): BANKING77 from local CSV files; GLUE's RTE.
     python run_classification.py --model_name_or_path mlm-model --train_file banking77/train.csv \\
@@ -126,6 +126,9 @@ def parse_args(argv=None):
                           help="Epochs that train the new head alone on the frozen encoder, before --num_epochs of the "
                                "whole model (Kumar et al., 2022: a random head's first gradients otherwise reshape the "
                                "pre-trained features); their scores are logged, never kept (default: %(default)s).")
+    training.add_argument("--head_learning_rate", type=positive_float,
+                          help="Peak learning rate of the --head_epochs: a new head on a frozen encoder can learn "
+                               "faster than the whole model (default: --learning_rate).")
     training.add_argument("--early_stopping_patience", type=positive_int,
                           help="Stop after this many epochs without a better validation score (default: train "
                                "every epoch). Either way, the best epoch's weights are the ones kept.")
@@ -153,6 +156,11 @@ def parse_args(argv=None):
     elif args.data_dir:
         parser.error("--data_dir holds the files of a GLUE task (--task_name); pass your own data with --train_file "
                      "(and --validation_file, --test_file).")
+    if args.head_epochs:
+        args.head_learning_rate = args.head_learning_rate or args.learning_rate
+    elif args.head_learning_rate:
+        parser.error("--head_learning_rate is the rate of the --head_epochs, which are 0: add --head_epochs N, or "
+                     "leave --head_learning_rate out.")
     for name, default in COLUMN_FLAGS.items():
         if getattr(args, name) is None:
             setattr(args, name, default)
@@ -198,7 +206,8 @@ def main(args):
                        train_examples=len(splits["train"]),
                        examples_per_label=args.examples_per_label, max_length=args.max_length,
                        num_replicas=strategy.num_replicas_in_sync, global_batch_size=global_batch_size,
-                       learning_rate=args.learning_rate, head_epochs=args.head_epochs, num_epochs=args.num_epochs,
+                       learning_rate=args.learning_rate, head_epochs=args.head_epochs,
+                       head_learning_rate=args.head_learning_rate, num_epochs=args.num_epochs,
                        seed=args.seed,
                        best_epoch=best_epoch, history=history)
         save(args, model, tokenizer, results, task, splits, predictions, label_names)
@@ -248,13 +257,13 @@ def train(args, strategy, model, jit_compile, task, encoded, global_batch_size):
     scores = ValidationScores(validation, len(validation_targets), lambda outputs: score_predictions(
         task, validation_targets, predictions_of(task, outputs)))
 
-    def fit(epochs, callbacks):
-        """`epochs` of the weights trainable now, with a warmup and linear decay of their own. A new trainer each
-        time: its step, once traced, would keep the variables it was traced with."""
+    def fit(epochs, learning_rate, callbacks):
+        """`epochs` of the weights trainable now, with a warmup to `learning_rate` and a linear decay of their own. A
+        new trainer each time: its step, once traced, would keep the variables it was traced with."""
         total_steps = steps_per_epoch * epochs
         with strategy.scope():
             trainer = ClassifierTrainer(model, jit_compile)
-            optimizer, _ = create_optimizer(init_lr=args.learning_rate, num_train_steps=total_steps,
+            optimizer, _ = create_optimizer(init_lr=learning_rate, num_train_steps=total_steps,
                                             num_warmup_steps=int(args.warmup_ratio * total_steps),
                                             weight_decay_rate=args.weight_decay_rate)
             # weighted_metrics=[]: ClassifierTrainer weighs the examples itself; this silences Keras' warning.
@@ -269,8 +278,9 @@ def train(args, strategy, model, jit_compile, task, encoded, global_batch_size):
     if args.head_epochs:
         encoder = getattr(model, model.base_model_prefix)  # 🤗's main layer: all but the head.
         encoder.trainable = False
-        logger.info("The head alone, on the frozen encoder: %d epochs", args.head_epochs)
-        _, head_history = fit(args.head_epochs, [])
+        logger.info("The head alone, on the frozen encoder: %d epochs at a learning rate of %g", args.head_epochs,
+                    args.head_learning_rate)
+        _, head_history = fit(args.head_epochs, args.head_learning_rate, [])
         head_only = {f"head_only_{name}": values for name, values in head_history.items()}
         encoder.trainable = True
     keep_best = keras.callbacks.EarlyStopping(monitor="val_score", mode="max", restore_best_weights=True,
@@ -278,7 +288,7 @@ def train(args, strategy, model, jit_compile, task, encoded, global_batch_size):
     tensorboard = keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs"), write_graph=False)
     logger.info("Training: %d steps per epoch of %d examples, %d epochs; the score: %s", steps_per_epoch,
                 global_batch_size, args.num_epochs, " and ".join(task.metrics))
-    trainer, history = fit(args.num_epochs, [keep_best, tensorboard])
+    trainer, history = fit(args.num_epochs, args.learning_rate, [keep_best, tensorboard])
     best_epoch = keep_best.best_epoch + 1
     logger.info("Best validation score %.4f, at epoch %d: its weights are kept", keep_best.best, best_epoch)
     return trainer, best_epoch, {**head_only, **history}

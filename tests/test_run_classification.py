@@ -324,13 +324,19 @@ def test_config_overrides_set_dropout_and_nothing_else(pretrained_model_dir, tmp
             config("hidden_dropout_prob=0.3,num_hidden_layers=1", *flags)
 
 
-def test_head_epochs_train_the_head_alone_then_the_whole_model(pretrained_model_dir, tmp_path, monkeypatch):
+def test_head_epochs_train_the_head_alone_then_the_whole_model(pretrained_model_dir, tmp_path, monkeypatch,
+                                                               capsys):
     import tensorflow as tf
 
     import classifier
 
-    args = parse_args([*map(str, fine_tune_args(pretrained_model_dir, tmp_path / "model")), "--head_epochs", "2",
-                       "--num_epochs", "1"])
+    flags = [*map(str, fine_tune_args(pretrained_model_dir, tmp_path / "model")), "--num_epochs", "1"]  # At 5e-3.
+    assert parse_args([*flags, "--head_epochs", "2"]).head_learning_rate == 5e-3
+    with pytest.raises(SystemExit):
+        parse_args([*flags, "--head_learning_rate", "2e-2"])
+    assert ("--head_learning_rate is the rate of the --head_epochs, which are 0: add --head_epochs N"
+            in capsys.readouterr().err)
+    args = parse_args([*flags, "--head_epochs", "2", "--head_learning_rate", "2e-2"])
     tokenizer = load_tokenizer(pretrained_model_dir, "", "")
     task = task_of_flags(args)
     label_names, splits = prepare_data(args, task)
@@ -342,13 +348,15 @@ def test_head_epochs_train_the_head_alone_then_the_whole_model(pretrained_model_
 
     before, fits, keras_fit = encoder_weights(), [], classifier.ClassifierTrainer.fit
 
-    def fit(trainer, *args, **kwargs):  # What each phase trains, and the encoder as it starts.
-        fits.append(([variable.name for variable in trainer.classifier.trainable_variables], encoder_weights()))
+    def fit(trainer, *args, **kwargs):  # What each phase trains, at which peak rate, and the encoder as it starts.
+        fits.append(([variable.name for variable in trainer.classifier.trainable_variables],
+                     trainer.optimizer.learning_rate.initial_learning_rate, encoder_weights()))
         return keras_fit(trainer, *args, **kwargs)
 
     monkeypatch.setattr(classifier.ClassifierTrainer, "fit", fit)
     _, best_epoch, history = train(args, tf.distribute.get_strategy(), model, False, task, encoded, 8)
-    (head, _), (whole_model, after_the_head) = fits
+    (head, head_rate, _), (whole_model, rate, after_the_head) = fits
+    assert (head_rate, rate) == (2e-2, 5e-3)
     assert head and all("/classifier/" in name for name in head)
     assert len(whole_model) == len(model.trainable_variables) > len(head)
     assert all(np.array_equal(*pair) for pair in zip(before, after_the_head))  # Frozen while the head trained.
