@@ -47,8 +47,10 @@ TASKS = {"cola": ("CoLA", 64, ["matthews_correlation"]),
 # Turc et al. (2019), "Well-Read Students Learn Better", Table 6 (GLUE's test set): BERT-Tiny, 2 layers, hidden 128.
 BERT_TINY = {"cola": [0.0], "sst2": [83.2], "mrpc": [81.1, 71.1], "stsb": [74.3, 73.6], "rte": [57.2]}
 FROM_SCRATCH = "random weights"
-SET_FOR_EACH_RUN = ("--model_name_or_path", "--task_name", "--data_dir", "--max_length", "--learning_rate",
-                    "--num_epochs", "--seed", "--per_replica_batch_size", "--output_dir", "--from_scratch")
+# run_classification.py's flags that the benchmark sets for each run. Its other such flags never reach the passed-on
+# ones: --output_dir, --num_epochs and --per_replica_batch_size are the benchmark's own, and argparse takes
+# --learning_rate and --seed for its --learning_rates and --seeds.
+SET_FOR_EACH_RUN = ("--model_name_or_path", "--task_name", "--data_dir", "--max_length", "--from_scratch")
 
 
 def parse_args():
@@ -69,11 +71,11 @@ def parse_args():
     parser.add_argument("--output_dir", required=True, help="A folder for the runs, kept.")
     parser.add_argument("--summary_only", action="store_true", help="Print the table of the runs already there.")
     args, args.fine_tuning_flags = parser.parse_known_args()
-    # Passed on, these would override what the benchmark sets for each run, silently: its grid, its seeds.
+    # Passed on, these would override what the benchmark sets for each run, silently: the model, the task.
     for name in (flag.split("=")[0] for flag in args.fine_tuning_flags):
         if name in SET_FOR_EACH_RUN:
-            parser.error(f"{name} is set for each run by this benchmark (each task's length, the grid, the seeds, "
-                         "the folders); drop it. Its own flags: --learning_rates, --seeds, --tasks, --num_epochs, "
+            parser.error(f"{name} is set for each run by this benchmark (the model, each task's data and length); "
+                         "drop it. Its own flags: --learning_rates, --seeds, --tasks, --num_epochs, "
                          "--per_replica_batch_size.")
     args.models = dict(model.split("=", 1) for model in args.model)
     return args
