@@ -312,14 +312,21 @@ def build_trainer(args, config, tokenizer, plan, jit_compile, train_files, gener
     optimizer, learning_rate = create_optimizer(init_lr=args.learning_rate, num_train_steps=plan.total_steps,
                                                 num_warmup_steps=plan.warmup_steps,
                                                 weight_decay_rate=args.weight_decay_rate)
+    if args.output_bias and lm_weights:  # Given, not defaulted (None): refused rather than ignored.
+        raise UserError(f"--output_bias sets a new LM head's starting bias, but the LM head of {lm_weights} is "
+                        "loaded with the bias it learned. Drop --output_bias.")
     token_counts, frequency_table = read_token_counts(train_files), None
     if token_counts is not None:
         frequency_table = frequency_log_probs(token_counts, tokenizer.all_special_ids)
-        if args.output_bias == "frequencies" and not lm_weights:  # A checkpoint restored later replaces it.
+        if args.output_bias != "zeros" and not lm_weights:  # A checkpoint restored later replaces it.
             start_from_token_frequencies(lm, frequency_table)
+    elif args.output_bias == "frequencies":
+        raise UserError(f"--output_bias frequencies reads the token counts written beside the training shards "
+                        f"({TOKEN_COUNTS_NAME}), and {os.path.dirname(train_files[0])} has none (shards of the "
+                        "original example). Write the shards with prepare_tfrecord_shards.py, or drop --output_bias.")
     else:
         logger.warning("No %s beside the training shards (shards of the original example): the metrics leave out "
-                       "the token-frequency baseline.", TOKEN_COUNTS_NAME)
+                       "the token-frequency baseline, and the LM head's bias starts at zeros.", TOKEN_COUNTS_NAME)
     if generator_config is not None:
         trainer = ElectraTrainer(mlm, generator, args.discriminator_weight or DISCRIMINATOR_WEIGHT,
                                  args.gradient_accumulation_steps, jit_compile, seed=args.seed)
@@ -526,10 +533,11 @@ def parse_args():
                             "fraction of the discriminator's (default: 0.25).")
     model.add_argument("--discriminator_weight", type=positive_float,
                        help="ELECTRA: the weight of the discriminator's loss against the generator's (default: 50).")
-    model.add_argument("--output_bias", choices=["frequencies", "zeros"], default="frequencies",
-                       help="The LM head's initial output bias: each token's log-frequency in the training shards "
+    model.add_argument("--output_bias", choices=["frequencies", "zeros"],
+                       help="A new LM head's initial output bias: each token's log-frequency in the training shards "
                             "(their token_counts.json), so that the first steps need not learn it; or zeros, as 🤗 "
-                            "Transformers initialises it (default: %(default)s).")
+                            "Transformers initialises it. Default: frequencies where the shards have their counts; a "
+                            "loaded LM head keeps its own.")
 
     training = parser.add_argument_group("training")
     training.add_argument("--per_replica_batch_size", type=positive_int, default=8,
@@ -581,7 +589,8 @@ def parse_args():
         parser.error(f"this command trains a masked LM (no --objective electra), which ignores ELECTRA's "
                      f"{electra_flags}. Add --objective electra, or drop {electra_flags}.")
     if args.cls_bag_of_words and args.objective == "electra":
-        parser.error("--cls_bag_of_words is a masked LM's loss: drop it, or --objective electra.")
+        parser.error("--cls_bag_of_words is a masked LM's loss, and --objective electra trains ELECTRA: drop one of "
+                     "the two.")
     if args.generator_hidden_size is not None and args.generator_hidden_size > 1:
         parser.error(f"--generator_hidden_size is a fraction of the discriminator's hidden size, at most 1, got "
                      f"{args.generator_hidden_size}.")

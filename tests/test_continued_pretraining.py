@@ -1,8 +1,9 @@
 """run_mlm.py --model_name_or_path: a saved model, or its PyTorch copy, continues where it stopped (its own weights and
 LM head, the same evaluation before the first step); the run resumes from its own checkpoints; a model trained at
 32 tokens continues at 64 (the BERT recipe's 128 then 512, in small); and the refusals: overrides that change a
-weight's shape, a tokenizer that is not the model's, a length beyond the model's positions; and the starting models
-that would not continue: a weights file cut short, a classifier without its LM head, a run that saved no model yet."""
+weight's shape, a tokenizer that is not the model's, a length beyond the model's positions, an output bias that would
+be ignored; and the starting models that would not continue: a weights file cut short, a classifier without its LM
+head, a run that saved no model yet."""
 
 import argparse
 import json
@@ -78,6 +79,24 @@ def test_a_second_phase_at_a_longer_length(phase_1_dir, shards_dir, tmp_path):
     assert results(output_dir)["step"] == 2
     config = json.loads((output_dir / "config.json").read_text())
     assert config["hidden_dropout_prob"] == 0.05 and config["max_position_embeddings"] == MAX_LENGTH + 2
+
+
+def test_an_output_bias_that_would_be_ignored_is_refused(phase_1_dir, short_shards_dir, tiny_config_dir,
+                                                        tokenizer_dir, tmp_path):
+    # A loaded LM head keeps the bias it learned: a given --output_bias is refused, the default is not.
+    result = run_main("run_mlm.py", *flags(short_shards_dir, SHORT, tmp_path / "continued", "--model_name_or_path",
+                                           phase_1_dir, "--output_bias", "zeros", "--max_steps", 2),
+                      expect_failure=True)
+    assert (f"error: --output_bias sets a new LM head's starting bias, but the LM head of {phase_1_dir} is loaded "
+            "with the bias it learned. Drop --output_bias.") in result.stderr
+    # Shards without their token counts (the original example's): frequencies asked for cannot be set.
+    uncounted = shutil.copytree(short_shards_dir, tmp_path / "uncounted")
+    (uncounted / "train" / "token_counts.json").unlink()
+    result = run_main("run_mlm.py", *flags(uncounted, SHORT, tmp_path / "new", "--tokenizer", tokenizer_dir,
+                                           "--pretrained_model_config", tiny_config_dir, "--output_bias",
+                                           "frequencies", "--max_steps", 2), expect_failure=True)
+    assert (f"error: --output_bias frequencies reads the token counts written beside the training shards "
+            f"(token_counts.json), and {uncounted / 'train'} has none") in result.stderr
 
 
 def model_config_args(model_dir, **changes):
