@@ -302,19 +302,18 @@ def build_trainer(args, config, tokenizer, plan, jit_compile, train_files, gener
         return model
 
     # The network with the LM head (a masked LM, or ELECTRA's generator), and the folder of its weights (None: new).
+    lm_weights = args.model_name_or_path if generator_config is None else saved_generator(args.model_name_or_path)
+    if args.output_bias and lm_weights:  # Given, not defaulted (None): refused rather than ignored, before loading.
+        raise UserError(f"--output_bias sets a new LM head's starting bias, but the LM head of {lm_weights} is "
+                        "loaded with the bias it learned. Drop --output_bias.")
     if generator_config is None:
-        lm_weights = args.model_name_or_path
         mlm = lm = start(TFAutoModelForMaskedLM, config, lm_weights)
     else:  # ElectraTrainer then has the generator read the discriminator's embeddings, dropping its own.
-        lm_weights = saved_generator(args.model_name_or_path)
         mlm = start(TFElectraForPreTraining, config, args.model_name_or_path)
         generator = lm = start(TFElectraForMaskedLM, generator_config, lm_weights)
     optimizer, learning_rate = create_optimizer(init_lr=args.learning_rate, num_train_steps=plan.total_steps,
                                                 num_warmup_steps=plan.warmup_steps,
                                                 weight_decay_rate=args.weight_decay_rate)
-    if args.output_bias and lm_weights:  # Given, not defaulted (None): refused rather than ignored.
-        raise UserError(f"--output_bias sets a new LM head's starting bias, but the LM head of {lm_weights} is "
-                        "loaded with the bias it learned. Drop --output_bias.")
     token_counts, frequency_table = read_token_counts(train_files), None
     if token_counts is not None:
         frequency_table = frequency_log_probs(token_counts, tokenizer.all_special_ids)
