@@ -35,7 +35,7 @@ import time
 import types
 
 from common import REPO, describe_machine, load_average, print_table
-from utils import UserError
+from utils import UserError, positive_int
 
 # The five tasks: GLUE's folder, the tokens per example (where 99 % of the training examples fit with the demo's
 # tokenizer; RTE's premises run longer, cut at BERT's 128), and the columns of the table.
@@ -62,10 +62,11 @@ def parse_args():
     parser.add_argument("--learning_rates", type=float, nargs="+", default=[1e-3],
                         help="The grid: each model and task keeps the best (default: %(default)s, the demo's).")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="(default: %(default)s)")
-    parser.add_argument("--num_epochs", type=int, default=3, help="(default: %(default)s)")
-    parser.add_argument("--per_replica_batch_size", type=int, default=32, help="(default: %(default)s)")
-    parser.add_argument("--sst2_train_examples", type=int, default=4000, help="(default: %(default)s)")
-    parser.add_argument("--jobs", type=int, default=2,
+    parser.add_argument("--num_epochs", type=positive_int, default=3, help="(default: %(default)s)")
+    parser.add_argument("--per_replica_batch_size", type=positive_int, default=32, help="(default: %(default)s)")
+    parser.add_argument("--sst2_train_examples", type=positive_int, default=4000,
+                        help="67349 trains on all of SST-2's sentences (default: %(default)s).")
+    parser.add_argument("--jobs", type=positive_int, default=2,
                         help="Runs side by side, each on its share of the cores: a small model uses one core better "
                              "than two (default: %(default)s).")
     parser.add_argument("--output_dir", required=True, help="A folder for the runs, kept.")
@@ -98,9 +99,12 @@ def sst2_subset(glue_dir, output_dir, size):
         raise UserError(f"{os.path.join(glue_dir, 'SST-2')} has no {' and no '.join(missing)}: --glue_dir must be "
                         "a folder of GLUE's task folders, as GLUE's download script writes them.")
     if not os.path.exists(os.path.join(folder, "dev.tsv")):
-        os.makedirs(folder, exist_ok=True)
         with open(os.path.join(glue_dir, "SST-2", "train.tsv"), encoding="utf-8") as f:
             header, *rows = f.readlines()
+        if size > len(rows):
+            raise UserError(f"--sst2_train_examples {size}: SST-2's train.tsv holds {len(rows)} sentences. Pass at "
+                            f"most {len(rows)}, which trains on all of them.")
+        os.makedirs(folder, exist_ok=True)
         kept = sorted(random.Random(0).sample(range(len(rows)), size))
         with open(os.path.join(folder, "train.tsv"), "w", encoding="utf-8") as f:
             f.writelines([header, *(rows[i] for i in kept)])

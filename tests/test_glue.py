@@ -354,7 +354,7 @@ def test_frozen_features_are_read_at_s_and_averaged_over_the_tokens_only(pretrai
 
 
 @pytest.mark.fast
-def test_the_glue_benchmarks_name_a_missing_sst2_file(tmp_path, monkeypatch):
+def test_the_glue_benchmarks_sst2_subset_refuses_a_missing_file_and_more_sentences_than_it_holds(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     from glue import sst2_subset
     from utils import UserError
@@ -362,6 +362,13 @@ def test_the_glue_benchmarks_name_a_missing_sst2_file(tmp_path, monkeypatch):
     shutil.copytree(GLUE / "SST-2", tmp_path / "glue" / "SST-2")
     folder = sst2_subset(str(tmp_path / "glue"), str(tmp_path / "subset"), 10)
     assert len(read_tsv(os.path.join(folder, "train.tsv"))) == 10
+    available = len(read_tsv(str(tmp_path / "glue" / "SST-2" / "train.tsv")))
+    everything = sst2_subset(str(tmp_path / "glue"), str(tmp_path / "subset"), available)
+    assert read_tsv(os.path.join(everything, "train.tsv")) == read_tsv(str(tmp_path / "glue" / "SST-2" / "train.tsv"))
+    with pytest.raises(UserError, match=f"--sst2_train_examples {available + 1}: SST-2's train.tsv holds {available} "
+                                        f"sentences. Pass at most {available}, which trains on all of them."):
+        sst2_subset(str(tmp_path / "glue"), str(tmp_path / "subset"), available + 1)
+    assert not os.path.exists(tmp_path / "subset" / f"SST-2-{available + 1}")
     (tmp_path / "glue" / "SST-2" / "dev.tsv").unlink()
     with pytest.raises(UserError, match="SST-2 has no dev.tsv: --glue_dir must be a folder of GLUE's task folders"):
         sst2_subset(str(tmp_path / "glue"), str(tmp_path / "other"), 10)
