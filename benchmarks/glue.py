@@ -15,8 +15,9 @@ The flags it does not know go to every run of run_classification.py: fine-tuning
 --config_overrides with dropout), for every model and random weights alike.
 
 Each run's folder stays in --output_dir; a run whose eval_results.json is there is not run again: stopped, the
-benchmark goes on where it was (give each setting of the flags its own --output_dir), and --summary_only prints the
-table of what is there.
+benchmark goes on where it was, and --summary_only prints the table of what is there. Give each setting of the flags
+its own --output_dir: a kept run made with another --num_epochs, batch size or SST-2 size is refused, but the flags
+passed on are not checked.
 
     python benchmarks/glue.py --glue_dir ../shared/data/glue --model "masked LM=demo-output/model" \\
         --output_dir glue-runs
@@ -134,7 +135,18 @@ def run(args, arm, task_name, learning_rate, seed, data_dir):
         print(f"{arm}, {task_name}, learning rate {learning_rate:g}, seed {seed}: "
               f"{json.load(open(results_file))['validation']['score']:.4f}", flush=True)
     with open(results_file) as f, open(os.path.join(folder, "seconds.txt")) as seconds:
-        return json.load(f), float(seconds.read())
+        results, run_seconds = json.load(f), float(seconds.read())
+    # A run kept from another setting of the flags would enter this table silently: its folder's name does not say.
+    made_with = {"--num_epochs": (results["num_epochs"], args.num_epochs),
+                 "--per_replica_batch_size": (results["global_batch_size"] // results["num_replicas"],
+                                              args.per_replica_batch_size)}
+    if task_name == "sst2":
+        made_with["--sst2_train_examples"] = (results["train_examples"], args.sst2_train_examples)
+    differing = [f"{flag} {kept} (asked now: {asked})" for flag, (kept, asked) in made_with.items() if kept != asked]
+    if differing:
+        raise UserError(f"the run kept in {folder} was made with {', '.join(differing)}. Give each setting of the "
+                        "flags its own --output_dir.")
+    return results, run_seconds
 
 
 def mean_and_sd(values):

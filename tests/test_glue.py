@@ -375,6 +375,32 @@ def test_the_glue_benchmarks_sst2_subset_refuses_a_missing_file_and_more_sentenc
 
 
 @pytest.mark.fast
+def test_the_glue_benchmark_keeps_a_run_only_if_it_was_made_with_the_flags_asked(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from glue import run
+    from utils import UserError
+
+    kept = {"num_epochs": 3, "global_batch_size": 64, "num_replicas": 2, "train_examples": 4000,
+            "validation": {"score": 0.8}}
+    for task_name in ("sst2", "rte"):
+        folder = tmp_path / f"a-model-{task_name}-lr0.001-seed1"
+        folder.mkdir()
+        (folder / "eval_results.json").write_text(json.dumps(kept))
+        (folder / "seconds.txt").write_text("12.5\n")
+    args = argparse.Namespace(output_dir=str(tmp_path), models={"a model": "folder"}, num_epochs=3,
+                              per_replica_batch_size=32, sst2_train_examples=4000)
+    assert run(args, "a model", "sst2", 1e-3, 1, "no data read") == (kept, 12.5)
+    for flag, value in (("num_epochs", 5), ("per_replica_batch_size", 16), ("sst2_train_examples", 67349)):
+        asked = argparse.Namespace(**{**vars(args), flag: value})
+        with pytest.raises(UserError, match=rf"a-model-sst2-lr0.001-seed1 was made with --{flag} "
+                                            rf"{getattr(args, flag)} \(asked now: {value}\)\. Give each setting"):
+            run(asked, "a model", "sst2", 1e-3, 1, "no data read")
+    # SST-2's size is no other task's.
+    assert run(argparse.Namespace(**{**vars(args), "sst2_train_examples": 67349}), "a model", "rte", 1e-3, 1,
+               "no data read") == (kept, 12.5)
+
+
+@pytest.mark.fast
 def test_the_glue_benchmark_passes_fine_tuning_flags_on_and_refuses_those_it_sets(monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     from glue import parse_args
