@@ -140,7 +140,7 @@ def run(args, arm, task_name, learning_rate, seed, data_dir):
     made_with = {"--num_epochs": (results["num_epochs"], args.num_epochs),
                  "--per_replica_batch_size": (results["global_batch_size"] // results["num_replicas"],
                                               args.per_replica_batch_size)}
-    if task_name == "sst2":
+    if task_name == "sst2" and results["examples_per_label"] is None:  # A few-shot run trains on fewer, as asked.
         made_with["--sst2_train_examples"] = (results["train_examples"], args.sst2_train_examples)
     differing = [f"{flag} {kept} (asked now: {asked})" for flag, (kept, asked) in made_with.items() if kept != asked]
     if differing:

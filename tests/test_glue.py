@@ -381,7 +381,7 @@ def test_the_glue_benchmark_keeps_a_run_only_if_it_was_made_with_the_flags_asked
     from utils import UserError
 
     kept = {"num_epochs": 3, "global_batch_size": 64, "num_replicas": 2, "train_examples": 4000,
-            "validation": {"score": 0.8}}
+            "examples_per_label": None, "validation": {"score": 0.8}}
     for task_name in ("sst2", "rte"):
         folder = tmp_path / f"a-model-{task_name}-lr0.001-seed1"
         folder.mkdir()
@@ -395,9 +395,12 @@ def test_the_glue_benchmark_keeps_a_run_only_if_it_was_made_with_the_flags_asked
         with pytest.raises(UserError, match=rf"a-model-sst2-lr0.001-seed1 was made with --{flag} "
                                             rf"{getattr(args, flag)} \(asked now: {value}\)\. Give each setting"):
             run(asked, "a model", "sst2", 1e-3, 1, "no data read")
-    # SST-2's size is no other task's.
+    # SST-2's size is no other task's, and a few-shot run (--examples_per_label, passed on) trains on fewer.
     assert run(argparse.Namespace(**{**vars(args), "sst2_train_examples": 67349}), "a model", "rte", 1e-3, 1,
                "no data read") == (kept, 12.5)
+    few_shot = {**kept, "train_examples": 20, "examples_per_label": 10}
+    (tmp_path / "a-model-sst2-lr0.001-seed1" / "eval_results.json").write_text(json.dumps(few_shot))
+    assert run(args, "a model", "sst2", 1e-3, 1, "no data read") == (few_shot, 12.5)
 
 
 @pytest.mark.fast
