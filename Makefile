@@ -109,9 +109,9 @@ glue: glue-folder $(VENV)/.installed
 # Issue #49's recipe for one CPU-hour (benchmarks/README.md, "One CPU-hour against BERT-Tiny"): the demo's model and
 # flags, pre-trained on WikiText-2 and on the five tasks' training texts without their labels (never their dev sets),
 # in 128-token samples, 14,400 steps of 32 (about an hour on 2 cores), then GLUE as `make glue` runs it but with the
-# new head trained alone on the frozen encoder first (--head_epochs 3: 1.9 points ahead of random weights, not 1.0)
-# and on all of SST-2's training sentences, as GLUE's protocol has it: an hour and a half of fine-tuning on 2 cores,
-# where SST2_TRAIN_EXAMPLES=4000 (a screen) takes an hour.
+# new head trained alone on the frozen encoder first (--head_epochs 3: 1.9 points ahead of random weights, not 1.0,
+# with 4,000 SST-2 sentences) and on all of SST-2's training sentences, as GLUE's protocol has it: an hour and a half
+# of fine-tuning on 2 cores, where SST2_TRAIN_EXAMPLES=4000 (a screen) takes an hour.
 HOUR := $(OUT)/glue-hour
 SST2_TRAIN_EXAMPLES ?= 67349
 glue-hour: glue-folder $(VENV)/.installed $(HUB_WIKITEXT)

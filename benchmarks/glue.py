@@ -117,7 +117,8 @@ def run(args, arm, task_name, learning_rate, seed, data_dir):
     """One run_classification.py run, unless its results are there: (its eval_results.json, seconds it took)."""
     folder = os.path.join(args.output_dir, f"{arm.replace(' ', '-')}-{task_name}-lr{learning_rate:g}-seed{seed}")
     results_file = os.path.join(folder, "eval_results.json")
-    if not os.path.exists(results_file):
+    kept = os.path.exists(results_file)
+    if not kept:
         model = args.models.get(arm) or next(iter(args.models.values()))
         command = [sys.executable, str(REPO / "run_classification.py"), "--model_name_or_path", model,
                    "--task_name", task_name, "--data_dir", data_dir, "--max_length", TASKS[task_name][1],
@@ -132,21 +133,28 @@ def run(args, arm, task_name, learning_rate, seed, data_dir):
             raise SystemExit(f"{' '.join(map(str, command))} failed:\n{result.stderr[-3000:]}")
         with open(os.path.join(folder, "seconds.txt"), "w") as f:
             f.write(f"{time.perf_counter() - start:.1f}\n")
-        print(f"{arm}, {task_name}, learning rate {learning_rate:g}, seed {seed}: "
-              f"{json.load(open(results_file))['validation']['score']:.4f}", flush=True)
     with open(results_file) as f, open(os.path.join(folder, "seconds.txt")) as seconds:
         results, run_seconds = json.load(f), float(seconds.read())
-    # A run kept from another setting of the flags would enter this table silently: its folder's name does not say.
+    if kept:
+        check_kept_run(args, task_name, folder, results)
+    else:
+        print(f"{arm}, {task_name}, learning rate {learning_rate:g}, seed {seed}: {results['validation']['score']:.4f}",
+              flush=True)
+    return results, run_seconds
+
+
+def check_kept_run(args, task_name, folder, results):
+    """Refuses a kept run made with other flags than asked: it would enter the table silently, as its folder's name
+    says only the model, task, rate and seed."""
     made_with = {"--num_epochs": (results["num_epochs"], args.num_epochs),
                  "--per_replica_batch_size": (results["global_batch_size"] // results["num_replicas"],
                                               args.per_replica_batch_size)}
     if task_name == "sst2" and results["examples_per_label"] is None:  # A few-shot run trains on fewer, as asked.
         made_with["--sst2_train_examples"] = (results["train_examples"], args.sst2_train_examples)
-    differing = [f"{flag} {kept} (asked now: {asked})" for flag, (kept, asked) in made_with.items() if kept != asked]
+    differing = [f"{flag} {made} (asked now: {asked})" for flag, (made, asked) in made_with.items() if made != asked]
     if differing:
         raise UserError(f"the run kept in {folder} was made with {', '.join(differing)}. Give each setting of the "
                         "flags its own --output_dir.")
-    return results, run_seconds
 
 
 def mean_and_sd(values):

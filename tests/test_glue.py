@@ -354,7 +354,7 @@ def test_frozen_features_are_read_at_s_and_averaged_over_the_tokens_only(pretrai
 
 
 @pytest.mark.fast
-def test_the_glue_benchmarks_sst2_subset_refuses_a_missing_file_and_more_sentences_than_it_holds(tmp_path, monkeypatch):
+def test_the_glue_benchmarks_sst2_subset_refuses_a_missing_file_and_more_sentences_than_held(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     from glue import sst2_subset
     from utils import UserError
