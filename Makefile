@@ -151,7 +151,8 @@ $(PYTORCH_VENV)/.installed:
 
 test-pytorch: $(VENV)/.installed-test $(PYTORCH_VENV)/.installed
 	PYTORCH_PYTHON=$(abspath $(PYTORCH_VENV))/bin/python $(BIN)/python -m pytest tests/test_export_model.py \
-		tests/test_pytorch_weights.py tests/test_architectures.py tests/test_electra.py tests/test_glue.py -k transformers_5
+		tests/test_pytorch_weights.py tests/test_architectures.py tests/test_electra.py tests/test_sentence_pairs.py \
+		tests/test_glue.py -k transformers_5
 
 # The four scripts end to end on the test data, a tiny model, in the demo's environment, in a minute or two: CI runs
 # it on the Pythons the README names that the test suite does not run on (make smoke PYTHON=python3.12 VENV=...).

@@ -30,7 +30,7 @@ import copy
 import tensorflow as tf
 import tf_keras as keras
 
-from masked_lm import lm_head
+from masked_lm import PretrainingTrainer, lm_head, total
 
 # The discriminator's loss weighs this much against the generator's (ELECTRA's disc_weight).
 DISCRIMINATOR_WEIGHT = 50.0
@@ -89,46 +89,34 @@ def replace_tokens(input_ids, labels, masked_positions, generator_logits, seed):
     return replaced_ids, replaced_labels, sampled
 
 
-class ElectraTrainer(keras.Model):
+class ElectraTrainer(PretrainingTrainer):
     """Trains an ELECTRA discriminator and its generator together with model.fit.
 
     The loss is the generator's cross-entropy, a mean over the masked positions of the global batch, plus
     `discriminator_weight` times the discriminator's sigmoid cross-entropy, a mean over every real (non-padding)
-    token of the global batch. Both counts are known from the batch before any model runs, so each replica's loss
-    is divided by the global counts (an all-reduce) and the optimizer's sum over the replicas is the global mean, as
-    in masked_lm.MaskedLMTrainer, whose gradient accumulation and XLA compilation this follows.
+    token of the global batch (masked_lm.PretrainingTrainer: the steps, their seeds and gradient accumulation).
 
     Metrics: `generator_loss` and `generator_accuracy` at the masked positions; `discriminator_loss` and
     `discriminator_accuracy` over the real tokens, and the accuracy on the replaced ones (`replaced_accuracy`) and
     the original ones (`original_accuracy`); `replaced_share`, the share of real tokens the generator replaced;
     `nats_beyond_prior`, how much lower the discriminator's loss is than that of a constant guess of that share (0:
-    nothing learned from the context); `loss`, the sum that trains. Sampling is stateless: from `seed` and the step
-    in training, from the batch itself in evaluation, whose masks are fixed (masked_lm.make_dataset), so that its
-    figures compare across rounds.
+    nothing learned from the context); `loss`, the sum that trains.
 
     `trained_variables` are the trainable variables of both networks, the shared embeddings once.
     """
 
     def __init__(self, discriminator, generator, discriminator_weight=DISCRIMINATOR_WEIGHT,
                  gradient_accumulation_steps=1, jit_compile=False, seed=0):
-        super().__init__()
+        names = ["loss", "generator_loss", "generator_accuracy", "discriminator_loss", "discriminator_accuracy",
+                 "replaced_accuracy", "original_accuracy", "replaced_share", "nats_beyond_prior"]
+        super().__init__([keras.metrics.Mean(name=name) for name in names], gradient_accumulation_steps,
+                         jit_compile, seed)
         share_embeddings(discriminator, generator)
         self.discriminator, self.generator = discriminator, generator
         self.discriminator_weight = discriminator_weight
-        self.gradient_accumulation_steps, self.seed = gradient_accumulation_steps, seed
         seen = {id(variable) for variable in discriminator.trainable_variables}
         self.trained_variables = discriminator.trainable_variables + [
             variable for variable in generator.trainable_variables if id(variable) not in seen]
-        names = ["loss", "generator_loss", "generator_accuracy", "discriminator_loss", "discriminator_accuracy",
-                 "replaced_accuracy", "original_accuracy", "replaced_share", "nats_beyond_prior"]
-        self.trackers = {name: keras.metrics.Mean(name=name) for name in names}
-        self.compute_gradients, self.electra_sums = (
-            tf.function(function, jit_compile=True, autograph=False) if jit_compile else function
-            for function in (self._compute_gradients, self._electra_sums))
-
-    @property
-    def metrics(self):  # What Keras resets at the start of each epoch and evaluation.
-        return list(self.trackers.values())
 
     @property
     def networks(self):  # What a checkpoint holds, by name: "model" is the one a user keeps, the discriminator.
@@ -137,53 +125,16 @@ class ElectraTrainer(keras.Model):
     def call(self, inputs, training=False):
         return self.discriminator(**inputs, training=training).logits
 
-    @tf.autograph.experimental.do_not_convert
-    def train_step(self, batch):
-        counts = self._global_counts(batch)
-        # A seed per step and replica (and micro-batch, in compute_gradients), from the step counter that checkpoints
-        # keep: no random state to save, and every step samples anew.
-        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
-        seed = tf.random.experimental.stateless_fold_in(
-            tf.stack([tf.cast(self.seed, tf.int64), tf.cast(self.optimizer.iterations, tf.int64)]),
-            replica * self.gradient_accumulation_steps)
-        gradients, sums = self.compute_gradients(batch, counts, seed)
-        self.optimizer.apply_gradients(zip(gradients, self.trained_variables))
-        return self._update_metrics(sums, counts)
+    def counts(self, batch):
+        """The masked positions and real tokens: the loss's denominators."""
+        return tf.stack([tf.reduce_sum(tf.cast(batch["labels"] != -100, tf.float32)),
+                         tf.reduce_sum(tf.cast(batch["attention_mask"], tf.float32))])
 
-    @tf.autograph.experimental.do_not_convert
-    def test_step(self, batch):
-        # The same batch (fixed masks) gets the same samples in every evaluation.
-        seed = tf.stack([tf.cast(self.seed, tf.int64), tf.reduce_sum(tf.cast(batch["input_ids"], tf.int64))])
-        counts = self._global_counts(batch)
-        return self._update_metrics(self.electra_sums(batch, seed), counts)
+    def training_loss(self, sums, counts):
+        return (sums["generator_cross_entropy"] / counts[0]
+                + self.discriminator_weight * sums["discriminator_cross_entropy"] / counts[1])
 
-    def _global_counts(self, batch):
-        """The masked positions and real tokens of the global batch: the loss's denominators."""
-        local = tf.stack([tf.reduce_sum(tf.cast(batch["labels"] != -100, tf.float32)),
-                          tf.reduce_sum(tf.cast(batch["attention_mask"], tf.float32))])
-        return tf.maximum(tf.distribute.get_replica_context().all_reduce("sum", local), 1.0)
-
-    def _compute_gradients(self, batch, counts, seed):
-        """Gradients of the loss of the replica's share of the global batch, and the summed stats, over the
-        micro-batches (a Python loop, unrolled: see MaskedLMTrainer._compute_gradients)."""
-        steps = self.gradient_accumulation_steps
-        micro_batches = {name: tf.reshape(value, [steps, -1, value.shape[-1]]) for name, value in batch.items()}
-        gradient_sums, stat_sums = None, None
-        for i in range(steps):
-            with tf.GradientTape() as tape:
-                stats = self._electra_sums({name: value[i] for name, value in micro_batches.items()},
-                                           tf.random.experimental.stateless_fold_in(seed, i), True)
-                loss = (stats["generator_cross_entropy"] / counts[0]
-                        + self.discriminator_weight * stats["discriminator_cross_entropy"] / counts[1])
-            # Zeros, not None, for any weight the loss would not reach, as in MaskedLMTrainer.
-            gradients = [tf.convert_to_tensor(gradient) for gradient in tape.gradient(
-                loss, self.trained_variables, unconnected_gradients="zero")]
-            gradient_sums = gradients if gradient_sums is None else [
-                total + gradient for total, gradient in zip(gradient_sums, gradients)]
-            stat_sums = stats if stat_sums is None else {name: stat_sums[name] + stats[name] for name in stats}
-        return gradient_sums, stat_sums
-
-    def _electra_sums(self, batch, seed, training=False):
+    def sums(self, batch, seed, training=False):
         """Sums by name of the generator's cross-entropy and correct predictions at the masked positions, and of the
         discriminator's cross-entropy and correct labels over the real tokens, the replaced ones and the others."""
         positions = batch.get("masked_positions")
@@ -208,10 +159,6 @@ class ElectraTrainer(keras.Model):
                                                                               logits=discriminator_logits)
         discriminator_correct = (discriminator_logits > 0) == (is_replaced == 1)
         is_real = batch["attention_mask"] == 1
-
-        def total(where, values):  # tf.where, not a product with a 0/1 weight: -inf * 0 would be NaN.
-            return tf.reduce_sum(tf.where(where, tf.cast(values, tf.float32), 0.0))
-
         replaced, original = is_real & (is_replaced == 1), is_real & (is_replaced == 0)
         return {"generator_cross_entropy": total(is_chosen, generator_cross_entropy),
                 "generator_correct": total(is_chosen, generator_correct),
@@ -221,27 +168,19 @@ class ElectraTrainer(keras.Model):
                 "original_correct": total(original, discriminator_correct), "original_count": total(original, 1.0),
                 "masked_count": total(is_chosen, 1.0), "token_count": total(is_real, 1.0)}
 
-    def _update_metrics(self, sums, counts):
-        """Each metric is a mean over positions: a batch's mean weighs as many positions as it covers. `loss` is the
-        global batch's, as it trains (each replica's share adds up to it)."""
-        def update(name, total, count):
-            self.trackers[name].update_state(tf.math.divide_no_nan(total, count), sample_weight=count)
-
-        update("generator_loss", sums["generator_cross_entropy"], sums["masked_count"])
-        update("generator_accuracy", sums["generator_correct"], sums["masked_count"])
-        update("discriminator_loss", sums["discriminator_cross_entropy"], sums["token_count"])
-        update("discriminator_accuracy", sums["discriminator_correct"], sums["token_count"])
-        update("replaced_accuracy", sums["replaced_correct"], sums["replaced_count"])
-        update("original_accuracy", sums["original_correct"], sums["original_count"])
-        update("replaced_share", sums["replaced_count"], sums["token_count"])
+    def update_metrics(self, sums, counts):
+        """`loss` is the global batch's, as it trains (each replica's share adds up to it)."""
+        self.update_mean("generator_loss", sums["generator_cross_entropy"], sums["masked_count"])
+        self.update_mean("generator_accuracy", sums["generator_correct"], sums["masked_count"])
+        self.update_mean("discriminator_loss", sums["discriminator_cross_entropy"], sums["token_count"])
+        self.update_mean("discriminator_accuracy", sums["discriminator_correct"], sums["token_count"])
+        self.update_mean("replaced_accuracy", sums["replaced_correct"], sums["replaced_count"])
+        self.update_mean("original_accuracy", sums["original_correct"], sums["original_count"])
+        self.update_mean("replaced_share", sums["replaced_count"], sums["token_count"])
         # The discriminator against the best constant guess, the share of replaced tokens, whose loss is that share's
         # binary entropy: 0 for a discriminator that learned nothing from the context.
         share = tf.math.divide_no_nan(sums["replaced_count"], sums["token_count"])
         constant_guess = -tf.math.xlogy(share, share) - tf.math.xlogy(1.0 - share, 1.0 - share)
-        update("nats_beyond_prior", constant_guess * sums["token_count"] - sums["discriminator_cross_entropy"],
-               sums["token_count"])
-        loss = (sums["generator_cross_entropy"] / counts[0]
-                + self.discriminator_weight * sums["discriminator_cross_entropy"] / counts[1])
-        replica_loss = tf.distribute.get_replica_context().all_reduce("sum", loss)
-        self.trackers["loss"].update_state(replica_loss)
-        return {metric.name: metric.result() for metric in self.metrics}
+        self.update_mean("nats_beyond_prior", constant_guess * sums["token_count"]
+                         - sums["discriminator_cross_entropy"], sums["token_count"])
+        self.update_summed_loss(sums, counts)

@@ -27,6 +27,7 @@ In your own program, under any tf.distribute strategy's scope:
     trainer.fit(data, steps_per_epoch=1000)
 """
 
+import functools
 import json
 import logging
 import math
@@ -41,17 +42,15 @@ import tf_keras as keras
 logger = logging.getLogger("masked_lm")
 
 
-class MaskedLMTrainer(keras.Model):
-    """Trains a 🤗 TF…ForMaskedLM with model.fit, with loss and metrics over masked positions only.
+class PretrainingTrainer(keras.Model):
+    """What the trainers of every pre-training objective share (MaskedLMTrainer, SentencePairTrainer, and
+    electra.ElectraTrainer): a step's gradients over its micro-batches, the loss's denominators known before the
+    step, the metrics as means over what they count. A subclass says what a batch counts (`counts`), what it sums
+    (`sums`), the loss of those sums (`training_loss`), and its metrics (`update_metrics`).
 
-    A step's loss is the cross-entropy summed over the masked positions of the global batch, divided by their
-    number (an all-reduce across replicas), exactly as if one device had run the whole batch.
-
-    `loss`, `perplexity` and `masked_accuracy` cover every position chosen for prediction; but a tenth of those
-    keep their token, where a model that copies its input scores for free. The `..._at_mask` metrics cover only
-    the positions whose input became <mask>; with `frequency_log_probs`, the frequency table is scored there too
-    (`frequency_..._at_mask`), and `nats_beyond_frequency` is how much lower the model's cross-entropy is: 0 for a
-    model that learned the token frequencies and nothing from the context.
+    A step's loss is a sum over the positions (or samples) of the global batch divided by their global number (an
+    all-reduce across replicas, from the batch before any model runs): the optimizer's sum of the replicas'
+    gradients is then exactly the gradient of the global batch's mean, as if one device had run it.
 
     Gradient accumulation runs the micro-batches inside the step, so that the step counter, the schedule and the
     checkpoints count optimizer steps. With `jit_compile`, each replica's forward and backward passes are compiled
@@ -61,26 +60,100 @@ class MaskedLMTrainer(keras.Model):
     The steps are traced without AutoGraph, which rewrites Python `if`s and loops over tensors into graph ops:
     neither these steps nor 🤗's models branch on a tensor, and rewriting the models' source took 4 of the 5.6 s
     that tracing the first evaluation took (a tiny RoBERTa, on a CPU), on every host, before every run.
+
+    Objectives that sample (ELECTRA's generator) draw from a stateless seed, from `seed` and the step counter that
+    checkpoints keep in training (no random state to save, every step samples anew), from the batch itself in
+    evaluation, whose masks are fixed (make_dataset), so that its figures compare across rounds.
     """
 
-    def __init__(self, mlm, mask_token_id, gradient_accumulation_steps=1, jit_compile=False,
-                 frequency_log_probs=None):
+    def __init__(self, metrics, gradient_accumulation_steps=1, jit_compile=False, seed=0):
         super().__init__()
-        self.mlm, self.mask_token_id = mlm, mask_token_id
-        self.gradient_accumulation_steps = gradient_accumulation_steps
-        self.frequency_log_probs = None if frequency_log_probs is None else tf.constant(frequency_log_probs)
-        names = ["masked_accuracy", "loss_at_mask", "accuracy_at_mask"]
-        if frequency_log_probs is not None:
-            names += ["frequency_loss_at_mask", "frequency_accuracy_at_mask", "nats_beyond_frequency"]
-        self.trackers = {"loss": keras.metrics.Mean(name="loss"), "perplexity": Perplexity(name="perplexity"),
-                         **{name: keras.metrics.Mean(name=name) for name in names}}
-        self.compute_gradients, self.masked_lm_sums = (
+        self.trackers = {metric.name: metric for metric in metrics}
+        self.gradient_accumulation_steps, self.seed = gradient_accumulation_steps, seed
+        self.compute_gradients, self.compute_sums = (
             tf.function(function, jit_compile=True, autograph=False) if jit_compile else function
-            for function in (self._compute_gradients, self._masked_lm_sums))
+            for function in (self._compute_gradients, self.sums))
 
     @property
     def metrics(self):  # What Keras resets at the start of each epoch and evaluation.
         return list(self.trackers.values())
+
+    @tf.autograph.experimental.do_not_convert
+    def train_step(self, batch):
+        counts = self._global_counts(batch)
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        seed = tf.random.experimental.stateless_fold_in(
+            tf.stack([tf.cast(self.seed, tf.int64), tf.cast(self.optimizer.iterations, tf.int64)]),
+            replica * self.gradient_accumulation_steps)
+        gradients, sums = self.compute_gradients(batch, counts, seed)
+        self.optimizer.apply_gradients(zip(gradients, self.trained_variables))
+        self.update_metrics(sums, counts)
+        return {metric.name: metric.result() for metric in self.metrics}
+
+    @tf.autograph.experimental.do_not_convert
+    def test_step(self, batch):
+        seed = tf.stack([tf.cast(self.seed, tf.int64), tf.reduce_sum(tf.cast(batch["input_ids"], tf.int64))])
+        self.update_metrics(self.compute_sums(batch, seed), self._global_counts(batch))
+        return {metric.name: metric.result() for metric in self.metrics}
+
+    def _global_counts(self, batch):
+        return tf.maximum(tf.distribute.get_replica_context().all_reduce("sum", self.counts(batch)), 1.0)
+
+    def _compute_gradients(self, batch, counts, seed):
+        """Gradients of the loss of the replica's share of the global batch, and the summed stats, over the
+        micro-batches."""
+        steps = self.gradient_accumulation_steps
+        micro_batches = {name: tf.reshape(value, [steps, -1, *value.shape[1:]]) for name, value in batch.items()}
+        gradient_sums, stat_sums = None, None
+        # A Python loop, unrolled into the graph: in a graph loop nested in Keras' steps_per_execution loop,
+        # TensorFlow's optimizer turns large gradient sums into accumulators whose variables clash
+        # (AlreadyExistsError). The graph, and compilation time, grow with the number of micro-batches.
+        for i in range(steps):
+            with tf.GradientTape() as tape:
+                stats = self.sums({name: value[i] for name, value in micro_batches.items()},
+                                  tf.random.experimental.stateless_fold_in(seed, i), training=True)
+                loss = self.training_loss(stats, counts)
+            # Zeros for the weights the loss does not reach (a pooler, ALBERT's second output bias).
+            gradients = [tf.convert_to_tensor(gradient) for gradient in tape.gradient(
+                loss, self.trained_variables, unconnected_gradients="zero")]
+            gradient_sums = gradients if gradient_sums is None else [
+                total + gradient for total, gradient in zip(gradient_sums, gradients)]
+            stat_sums = stats if stat_sums is None else {name: stat_sums[name] + stats[name] for name in stats}
+        return gradient_sums, stat_sums
+
+    def update_summed_loss(self, sums, counts):
+        """`loss`, the loss of the global batch as it trains: each replica's share of it, added up."""
+        self.trackers["loss"].update_state(
+            tf.distribute.get_replica_context().all_reduce("sum", self.training_loss(sums, counts)))
+
+    def update_mean(self, name, total, count):
+        """A metric that is a mean over positions (or samples): a batch's mean weighs as many as it covers."""
+        self.trackers[name].update_state(tf.math.divide_no_nan(total, count), sample_weight=count)
+
+
+class MaskedLMTrainer(PretrainingTrainer):
+    """Trains a 🤗 TF…ForMaskedLM with model.fit, with loss and metrics over masked positions only.
+
+    The loss is the cross-entropy at the masked positions of the global batch, a mean over them
+    (PretrainingTrainer). `loss`, `perplexity` and `masked_accuracy` cover every position chosen for prediction;
+    but a tenth of those keep their token, where a model that copies its input scores for free. The `..._at_mask`
+    metrics cover only the positions whose input became <mask>; with `frequency_log_probs`, the frequency table is
+    scored there too (`frequency_..._at_mask`), and `nats_beyond_frequency` is how much lower the model's
+    cross-entropy is: 0 for a model that learned the token frequencies and nothing from the context.
+    """
+
+    MASKED_LM_LOSS = "loss"  # The name of the masked LM's loss among the metrics: the loss that trains, here.
+
+    def __init__(self, mlm, mask_token_id, gradient_accumulation_steps=1, jit_compile=False,
+                 frequency_log_probs=None, more_metrics=()):
+        names = ["masked_accuracy", "loss_at_mask", "accuracy_at_mask"]
+        if frequency_log_probs is not None:
+            names += ["frequency_loss_at_mask", "frequency_accuracy_at_mask", "nats_beyond_frequency"]
+        super().__init__([keras.metrics.Mean(name="loss"), Perplexity(name="perplexity"),
+                          *(keras.metrics.Mean(name=name) for name in [*more_metrics, *names])],
+                         gradient_accumulation_steps, jit_compile)
+        self.mlm, self.mask_token_id = mlm, mask_token_id
+        self.frequency_log_probs = None if frequency_log_probs is None else tf.constant(frequency_log_probs)
 
     @property
     def networks(self):  # What a checkpoint holds, by name: "model" is the one a user keeps.
@@ -93,65 +166,38 @@ class MaskedLMTrainer(keras.Model):
     def call(self, inputs, training=False):
         return self.mlm(**inputs, training=training).logits
 
-    @tf.autograph.experimental.do_not_convert
-    def train_step(self, batch):
-        gradient_sums, sums = self.compute_gradients(batch)
-        global_count = tf.distribute.get_replica_context().all_reduce("sum", sums["count"])
-        # The optimizer sums the replicas' gradients: divided by the global count, that sum is the gradient of the
-        # mean over every masked position of the global batch.
-        gradients = [gradient / tf.maximum(global_count, 1.0) for gradient in gradient_sums]
-        self.optimizer.apply_gradients(zip(gradients, self.mlm.trainable_variables))
-        return self._update_metrics(sums)
+    def counts(self, batch):
+        return tf.stack([tf.reduce_sum(tf.cast(batch["labels"] != -100, tf.float32))])
 
-    @tf.autograph.experimental.do_not_convert
-    def test_step(self, batch):
-        return self._update_metrics(self.masked_lm_sums(batch))
+    def training_loss(self, sums, counts):
+        return sums["cross_entropy"] / counts[0]
 
-    def _compute_gradients(self, batch):
-        """Gradients of the summed masked cross-entropy and the summed stats, over the micro-batches."""
-        steps = self.gradient_accumulation_steps
-        micro_batches = {name: tf.reshape(value, [steps, -1, value.shape[-1]]) for name, value in batch.items()}
-        gradient_sums, stat_sums = None, None
-        # A Python loop, unrolled into the graph: in a graph loop nested in Keras' steps_per_execution loop,
-        # TensorFlow's optimizer turns large gradient sums into accumulators whose variables clash
-        # (AlreadyExistsError). The graph, and compilation time, grow with the number of micro-batches.
-        for i in range(steps):
-            with tf.GradientTape() as tape:
-                stats = self._masked_lm_sums({name: value[i] for name, value in micro_batches.items()}, True)
-            # Zeros for the weights the loss does not reach (a pooler, ALBERT's second output bias).
-            gradients = [tf.convert_to_tensor(gradient) for gradient in tape.gradient(
-                stats["cross_entropy"], self.mlm.trainable_variables, unconnected_gradients="zero")]
-            gradient_sums = gradients if gradient_sums is None else [
-                total + gradient for total, gradient in zip(gradient_sums, gradients)]
-            stat_sums = stats if stat_sums is None else {name: stat_sums[name] + stats[name] for name in stats}
-        return gradient_sums, stat_sums
+    def sums(self, batch, seed, training=False):
+        """The masked LM's sums (masked_lm_sums); `seed` is unused: the masks come with the batch."""
+        return self.masked_lm_sums(batch, self.encode(batch, training).last_hidden_state)
 
-    def _masked_lm_sums(self, batch, training=False):
+    def encode(self, batch, training):
+        """The outputs of the model's encoder (its last hidden states, and a pooler's output where it has one)."""
+        encoder = getattr(self.mlm, self.mlm.base_model_prefix)
+        return encoder(**{name: batch[name] for name in ("input_ids", "attention_mask", "token_type_ids")
+                          if name in batch}, training=training)
+
+    def masked_lm_sums(self, batch, hidden):
         """Sums by name of the cross-entropy, correct predictions and count at the positions chosen for prediction,
-        and at those whose input is <mask>; at the latter, the frequency table's too."""
-        if "masked_positions" in batch:
-            # Encode every position, but project only K of them onto the vocabulary: at length 128, that skips
-            # about three quarters of the LM head's work.
-            encoder = getattr(self.mlm, self.mlm.base_model_prefix)
-            hidden = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                             training=training)[0]
-            logits = lm_head(self.mlm, tf.gather(hidden, batch["masked_positions"], batch_dims=1))
-            labels, inputs = (tf.gather(batch[name], batch["masked_positions"], batch_dims=1)
-                              for name in ("labels", "input_ids"))
-        else:
-            logits = self.mlm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                              training=training).logits
-            labels, inputs = batch["labels"], batch["input_ids"]
-        logits = tf.cast(logits, tf.float32)  # A softmax over the vocabulary needs float32, in bfloat16 mode too.
+        and at those whose input is <mask>; at the latter, the frequency table's too. `hidden`: the encoder's last
+        hidden states. With "masked_positions", only those K positions are projected onto the vocabulary: at length
+        128, that skips about three quarters of the LM head's work."""
+        positions = batch.get("masked_positions")
+        if positions is None:  # No cap on the predictions: the LM head runs at every position.
+            positions = tf.broadcast_to(tf.range(tf.shape(batch["input_ids"])[1]), tf.shape(batch["input_ids"]))
+        # A softmax over the vocabulary needs float32, in bfloat16 mode too.
+        logits = tf.cast(lm_head(self.mlm, tf.gather(hidden, positions, batch_dims=1)), tf.float32)
+        labels, inputs = (tf.gather(batch[name], positions, batch_dims=1) for name in ("labels", "input_ids"))
         is_chosen = labels != -100
         is_mask = is_chosen & (inputs == self.mask_token_id)
         labels = tf.where(is_chosen, labels, 0)  # Any valid id: the sums leave those positions out.
         cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
         correct = tf.argmax(logits, axis=-1, output_type=labels.dtype) == labels
-
-        def total(where, values):  # tf.where, not a product with a 0/1 weight: -inf * 0 would be NaN.
-            return tf.reduce_sum(tf.where(where, tf.cast(values, tf.float32), 0.0))
-
         sums = {"cross_entropy": total(is_chosen, cross_entropy), "correct": total(is_chosen, correct),
                 "count": total(is_chosen, 1.0), "mask_cross_entropy": total(is_mask, cross_entropy),
                 "mask_correct": total(is_mask, correct), "mask_count": total(is_mask, 1.0)}
@@ -161,22 +207,65 @@ class MaskedLMTrainer(keras.Model):
             sums["frequency_correct"] = total(is_mask, labels == most_frequent)
         return sums
 
-    def _update_metrics(self, sums):
-        """Each metric is a mean over positions: a batch's mean weighs as many positions as it covers."""
-        def update(name, total, count):
-            self.trackers[name].update_state(tf.math.divide_no_nan(total, count), sample_weight=count)
-
-        update("loss", sums["cross_entropy"], sums["count"])
-        update("perplexity", sums["cross_entropy"], sums["count"])
-        update("masked_accuracy", sums["correct"], sums["count"])
-        update("loss_at_mask", sums["mask_cross_entropy"], sums["mask_count"])
-        update("accuracy_at_mask", sums["mask_correct"], sums["mask_count"])
+    def update_metrics(self, sums, counts):
+        self.update_mean(self.MASKED_LM_LOSS, sums["cross_entropy"], sums["count"])
+        self.update_mean("perplexity", sums["cross_entropy"], sums["count"])
+        self.update_mean("masked_accuracy", sums["correct"], sums["count"])
+        self.update_mean("loss_at_mask", sums["mask_cross_entropy"], sums["mask_count"])
+        self.update_mean("accuracy_at_mask", sums["mask_correct"], sums["mask_count"])
         if self.frequency_log_probs is not None:
-            update("frequency_loss_at_mask", sums["frequency_cross_entropy"], sums["mask_count"])
-            update("frequency_accuracy_at_mask", sums["frequency_correct"], sums["mask_count"])
-            update("nats_beyond_frequency", sums["frequency_cross_entropy"] - sums["mask_cross_entropy"],
-                   sums["mask_count"])
-        return {metric.name: metric.result() for metric in self.metrics}
+            self.update_mean("frequency_loss_at_mask", sums["frequency_cross_entropy"], sums["mask_count"])
+            self.update_mean("frequency_accuracy_at_mask", sums["frequency_correct"], sums["mask_count"])
+            self.update_mean("nats_beyond_frequency", sums["frequency_cross_entropy"] - sums["mask_cross_entropy"],
+                             sums["mask_count"])
+
+
+class SentencePairTrainer(MaskedLMTrainer):
+    """Trains a 🤗 TF…ForPreTraining with a masked LM and a sentence-pair head on its pooled <s> (BERT's
+    next-sentence prediction, ALBERT's sentence-order prediction: the samples of make_pairs, whose "pair_labels"
+    say which), on the sum of the two losses, each a mean over the global batch: the masked LM's over its masked
+    positions, the pair head's over its samples (BERT's and ALBERT's pre-training loss).
+
+    Metrics: MaskedLMTrainer's, with the masked LM's loss as `masked_lm_loss`; `pair_loss` and `pair_accuracy`;
+    `loss`, the sum that trains.
+    """
+
+    MASKED_LM_LOSS = "masked_lm_loss"
+
+    def __init__(self, model, mask_token_id, gradient_accumulation_steps=1, jit_compile=False,
+                 frequency_log_probs=None):
+        super().__init__(model, mask_token_id, gradient_accumulation_steps, jit_compile, frequency_log_probs,
+                         more_metrics=["masked_lm_loss", "pair_loss", "pair_accuracy"])
+
+    def counts(self, batch):
+        return tf.concat([super().counts(batch), [tf.cast(tf.shape(batch["pair_labels"])[0], tf.float32)]], 0)
+
+    def training_loss(self, sums, counts):
+        return super().training_loss(sums, counts) + sums["pair_cross_entropy"] / counts[1]
+
+    def sums(self, batch, seed, training=False):
+        outputs = self.encode(batch, training)
+        # The pair head, as the model's own call runs it: BERT's is a dense layer, ALBERT's has dropout before it.
+        head = self.mlm.nsp if self.mlm.config.model_type == "bert" else functools.partial(
+            self.mlm.sop_classifier, training=training)
+        logits = tf.cast(head(outputs.pooler_output), tf.float32)
+        labels = batch["pair_labels"]
+        correct = tf.argmax(logits, axis=-1, output_type=labels.dtype) == labels
+        return {**self.masked_lm_sums(batch, outputs.last_hidden_state),
+                "pair_cross_entropy": tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)),
+                "pair_correct": tf.reduce_sum(tf.cast(correct, tf.float32)),
+                "pair_count": tf.cast(tf.size(labels), tf.float32)}
+
+    def update_metrics(self, sums, counts):
+        super().update_metrics(sums, counts)
+        self.update_mean("pair_loss", sums["pair_cross_entropy"], sums["pair_count"])
+        self.update_mean("pair_accuracy", sums["pair_correct"], sums["pair_count"])
+        self.update_summed_loss(sums, counts)
+
+
+def total(where, values):
+    """The sum of `values` where `where` holds: tf.where, not a product with a 0/1 weight: -inf * 0 would be NaN."""
+    return tf.reduce_sum(tf.where(where, tf.cast(values, tf.float32), 0.0))
 
 
 class Perplexity(keras.metrics.Mean):
@@ -204,10 +293,11 @@ def lm_head(mlm, hidden):
 
 
 def make_dataset(files, input_context, *, batch_size, max_length, masking, seed, training,
-                 shuffle_buffer_size=None, num_batches=None):
+                 shuffle_buffer_size=None, num_batches=None, pairs=None):
     """One host's input pipeline, endless (fit stops after the steps it asks for): its own shards (host i of n
-    reads shards i, i + n, ...), read in parallel, batched `batch_size` per replica, parsed and masked (`masking`:
-    mask_tokens' arguments, or open_with_summary's where it holds a summary_token_id). Training data is shuffled
+    reads shards i, i + n, ...), read in parallel, batched `batch_size` per replica, parsed, made into sentence
+    pairs with `pairs` (make_pairs' arguments) and masked (`masking`: mask_tokens' arguments, or
+    open_with_summary's where it holds a summary_token_id). Training data is shuffled
     (shard order, then samples in a buffer), with new masks on every pass. Evaluation data is its first
     `num_batches` batches, each masked from (seed, batch index), over and over: Keras keeps one iterator for every
     evaluation of a fit call, and each must see the same masks."""
@@ -232,8 +322,12 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
     @tf.autograph.experimental.do_not_convert  # Python branches only (see MaskedLMTrainer).
     def parse_and_mask(index, serialized):
         batch = {name: tf.cast(value, tf.int32) for name, value in tf.io.parse_example(serialized, features).items()}
+        batch_seed = tf.stack([tf.constant(seed, tf.int64), index])
+        if pairs is not None:
+            pair_seed, batch_seed = tf.unstack(tf.random.experimental.stateless_split(batch_seed, 2))
+            batch = make_pairs(batch, pair_seed, **pairs)
         mask = open_with_summary if "summary_token_id" in masking else mask_tokens
-        batch.update(mask(batch["input_ids"], tf.stack([tf.constant(seed, tf.int64), index]), **masking))
+        batch.update(mask(batch["input_ids"], batch_seed, **masking))
         return batch
 
     batches = batches.enumerate().map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE)
@@ -244,6 +338,66 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
     options = tf.data.Options()
     options.autotune.enabled = False
     return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
+
+
+def make_pairs(batch, seed, *, template, sentence_order):
+    """Sentence pairs from a batch of samples of the token stream ("input_ids" and "attention_mask", [batch,
+    length]): "input_ids", "attention_mask", "token_type_ids" and "pair_labels" [batch]. Each sample's tokens are
+    cut at a random point into A and B (1 token or more each), placed in `template` (pair_template: the
+    tokenizer's own layout of a pair, so that pre-training sees pairs as fine-tuning will), which takes the place
+    of the sample's last tokens. Half the pairs, drawn at random, are changed and labelled 1: with
+    `sentence_order` (ALBERT's sentence-order prediction), B comes before A; else (BERT's next-sentence
+    prediction), B is the same stretch of the next sample of the batch, from elsewhere in the corpus (shuffled in
+    training; in evaluation, the shards are interleaved, so the next sample is another shard's). Stateless random
+    ops from `seed`, static shapes: safe in tf.data and under XLA."""
+    ids, types = template
+    first, second = (i for i, token in enumerate(ids) if token == -1)
+    length = batch["input_ids"].shape[1]
+    content_length = length - (len(ids) - 2)
+    split_seed, label_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    num_samples = tf.shape(batch["input_ids"])[0]
+    labels = tf.cast(tf.random.stateless_uniform([num_samples], label_seed) < 0.5, tf.int32)
+    changed = labels[:, tf.newaxis] == 1
+    # A's length, and where each token of the sample's first content_length goes.
+    split = tf.random.stateless_uniform([num_samples, 1], split_seed, minval=1, maxval=content_length,
+                                        dtype=tf.int32)
+    position = tf.range(content_length)[tf.newaxis]
+    if sentence_order:  # B then A: the content rotated by A's length.
+        source = tf.where(changed, (position + split) % content_length, position)
+        split = tf.where(changed, content_length - split, split)
+    # Then the specials around the content: output position j reads the content, or the specials after it.
+    j = tf.range(length)[tf.newaxis]
+    middle, before_suffix = second - first - 1, length - (len(ids) - second - 1)
+    index = tf.where(j < first, content_length + j, tf.where(
+        j < first + split, j - first, tf.where(
+            j < first + split + middle, content_length + j - split, tf.where(
+                j < before_suffix, j - first - middle, j))))
+
+    def arrange(content, specials):
+        if sentence_order:
+            content = tf.gather(content, source, batch_dims=1)
+        else:  # The next sample's B.
+            content = tf.where(changed & (position >= split), tf.roll(content, -1, axis=0), content)
+        specials = tf.broadcast_to(tf.constant(specials, content.dtype), [num_samples, len(specials)])
+        return tf.gather(tf.concat([content, specials], axis=1), index, batch_dims=1)
+
+    special_types = [token_type for token, token_type in zip(ids, types) if token != -1]
+    content_types = tf.where(position < split, types[first], types[second])
+    return {"input_ids": arrange(batch["input_ids"][:, :content_length], [token for token in ids if token != -1]),
+            "attention_mask": arrange(batch["attention_mask"][:, :content_length], [1] * len(special_types)),
+            "token_type_ids": tf.gather(tf.concat([content_types, tf.broadcast_to(
+                tf.constant(special_types, tf.int32), [num_samples, len(special_types)])], 1), index, batch_dims=1),
+            "pair_labels": labels}
+
+
+def pair_template(tokenizer):
+    """How `tokenizer` lays out a pair of texts: (ids, token type ids) of a pair of one token each, with -1 in
+    place of those two tokens: make_pairs' `template`."""
+    encoding = tokenizer(tokenizer.mask_token, tokenizer.mask_token, return_token_type_ids=True)
+    ids = [-1 if token == tokenizer.mask_token_id else token for token in encoding["input_ids"]]
+    if ids.count(-1) != 2:
+        raise ValueError(f"the tokenizer does not encode a pair as its two texts between special tokens: {ids}")
+    return ids, encoding["token_type_ids"]
 
 
 def mask_tokens(input_ids, seed, *, mask_token_id, special_token_ids, vocab_size, mlm_probability,

@@ -241,23 +241,26 @@ def check_where_the_run_starts(args, plan, recorded, is_chief, config, generator
             f"{plan.total_steps} steps this command asks for. To finish it, run it with --max_steps {step} or more "
             "(or as many --num_epochs as it had); to start over, pass --overwrite.")
     if latest:
-        refuse_another_model(args.output_dir, step, config, generator_config)
+        refuse_another_model(args.output_dir, step, config, generator_config, args.objective,
+                             recorded.get("objective"))
     return True
 
 
-def refuse_another_model(output_dir, step, config, generator_config):
+def refuse_another_model(output_dir, step, config, generator_config, objective, recorded_objective):
     """Stops when the checkpoints in `output_dir` (the last at `step`) hold another model than `config` (and
-    ELECTRA's `generator_config`), as the config saved beside them says (save_checkpoints_config): restoring would
-    end in TensorFlow's traceback on the first weight of another shape, or, for another objective, leave weights
-    at random. Only dropout may change."""
+    ELECTRA's `generator_config`), as the config saved beside them says (save_checkpoints_config), or were trained
+    with another `objective` than this command's (`recorded_objective`, in the run's results): restoring would
+    end in TensorFlow's traceback on the first weight of another shape, leave weights at random, or go on with
+    another loss. Only dropout may change."""
     config_dir = os.path.join(output_dir, "checkpoints", "config")
     generator_dir = os.path.join(config_dir, ELECTRA_GENERATOR)
     if not tf.io.gfile.exists(os.path.join(config_dir, "config.json")):
         return  # Saved by a run before save_checkpoints_config: nothing to compare with.
-    was_electra = tf.io.gfile.exists(os.path.join(generator_dir, "config.json"))
-    objective = {True: "electra", False: "mlm"}
-    if was_electra != (generator_config is not None):
-        differences = [f"--objective {objective[was_electra]} (this command: {objective[not was_electra]})"]
+    # Runs before the objective was recorded trained a masked LM or, with a generator beside them, ELECTRA.
+    was = recorded_objective or ("electra" if tf.io.gfile.exists(os.path.join(generator_dir, "config.json"))
+                                 else "mlm")
+    if was != objective:
+        differences = [f"--objective {was} (this command: {objective})"]
     else:
         differences = []
         for whose, folder, new_config in (("", config_dir, config),

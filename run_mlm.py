@@ -8,7 +8,9 @@ found in sysfs) or a TPU Node or pod slice (--tpu_name); MultiWorkerMirroredStra
 cluster; MirroredStrategy over several GPUs (or --num_cpu_replicas CPU devices); TensorFlow's default on one. The
 training step, the input pipeline and the masking are in masked_lm.py, the file to copy into your own program.
 With --objective electra, ELECTRA's replaced-token detection (electra.py) trains a discriminator, the model saved,
-and a smaller generator beside it, from an ELECTRA config or continuing such a pair.
+and a smaller generator beside it, from an ELECTRA config or continuing such a pair. With --objective nsp or sop, a
+BERT or ALBERT (…ForPreTraining) trains on sentence pairs, its masked LM beside BERT's next-sentence prediction or
+ALBERT's sentence-order prediction (masked_lm.py's SentencePairTrainer and make_pairs).
 
 Training runs in rounds of --eval_every_steps, each ending with an evaluation: metrics at the masked positions
 (loss, masked_accuracy, perplexity, and against a table of token frequencies) to the log, TensorBoard
@@ -44,6 +46,11 @@ from utils import (UserError, fraction, non_negative_float, non_negative_int, po
                    probability, save_folder, share)
 
 logger = logging.getLogger("run_mlm")
+
+# The objectives on sentence pairs, and the architectures whose 🤗 TF…ForPreTraining has a pair head beside its LM
+# head: BERT's for next-sentence prediction, ALBERT's for sentence-order prediction (both two-way: either trains).
+PAIR_OBJECTIVES = {"nsp": "next-sentence prediction", "sop": "sentence-order prediction"}
+PAIR_ARCHITECTURES = {"albert": "AlbertForPreTraining", "bert": "BertForPreTraining"}
 
 
 def main(args):
@@ -98,18 +105,18 @@ def main(args):
     results.record(global_batch_size=plan.global_batch_size, per_replica_batch_size=args.per_replica_batch_size,
                    num_replicas=strategy.num_replicas_in_sync,
                    gradient_accumulation_steps=args.gradient_accumulation_steps,
-                   started_from=args.model_name_or_path)  # None: random weights.
+                   started_from=args.model_name_or_path, objective=args.objective)  # None: random weights.
 
     # Train in rounds, each ending with an evaluation, checkpointing as it goes.
-    masking = masking_arguments(args, tokenizer)  # Once: the word-start table reads the whole vocabulary.
-    training_data, eval_data = distributed_datasets(args, strategy, plan, masking, train_files, eval_files)
+    data = data_arguments(args, tokenizer)  # Once: the word-start table reads the whole vocabulary.
+    training_data, eval_data = distributed_datasets(args, strategy, plan, data, train_files, eval_files)
     round_end = RoundEnd(results, os.path.join(args.output_dir if is_chief else checkpoints.directory, "logs"),
                          learning_rate, throughput)
     stopper = CheckpointAndStop(checkpoints, args.checkpoint_every_steps, strategy, start_step, is_chief)
     with damaged_shards_named(train_files + eval_files):
         if args.input_check_seconds:  # This host's pipeline alone, as training builds it.
             this_host = tf.distribute.InputContext(plan.num_hosts, host_index(strategy), plan.replicas_per_host)
-            speed = check_input_pipeline(host_dataset(args, plan, masking, train_files, args.seed)(this_host),
+            speed = check_input_pipeline(host_dataset(args, plan, data, train_files, args.seed)(this_host),
                                          args.input_check_seconds, plan.batch_per_replica_step, throughput)
             results.record(input_pipeline_samples_per_second=speed)
         if start_step == 0 and eval_files:
@@ -167,9 +174,10 @@ def train(trainer, training_data, eval_data, plan, start_step, stopper, round_en
 # The data
 
 
-def masking_arguments(args, tokenizer):
-    """mask_tokens' arguments, from the flags and the tokenizer."""
-    from masked_lm import word_start_table
+def data_arguments(args, tokenizer):
+    """make_dataset's `masking` (mask_tokens' arguments) and `pairs` (make_pairs', or None), from the flags and the
+    tokenizer."""
+    from masked_lm import pair_template, word_start_table
 
     try:
         word_starts = None if args.masking == "token" else word_start_table(tokenizer)
@@ -186,29 +194,31 @@ def masking_arguments(args, tokenizer):
     if args.cls_bag_of_words and tokenizer.cls_token_id is None:
         raise UserError(f"--cls_bag_of_words trains the token a classification head reads, but the tokenizer "
                         f"{args.tokenizer} has none (no cls_token). Drop the flag, or use a tokenizer that has one.")
-    return dict(masking, summary_token_id=tokenizer.cls_token_id) if args.cls_bag_of_words else masking
+    pairs = dict(template=pair_template(tokenizer), sentence_order=args.objective == "sop") \
+        if args.objective in PAIR_OBJECTIVES else None
+    return dict(masking=dict(masking, summary_token_id=tokenizer.cls_token_id) if args.cls_bag_of_words else masking,
+                pairs=pairs)
 
 
-def host_dataset(args, plan, masking, files, seed, training=True):
+def host_dataset(args, plan, data, files, seed, training=True):
     """One host's data, as a function of its input context: make_dataset over its own shards. A training batch holds
-    every micro-batch of a step; evaluation is the plan.eval_steps batches of every round. `masking`:
-    masking_arguments."""
+    every micro-batch of a step; evaluation is the plan.eval_steps batches of every round. `data`: data_arguments."""
     from masked_lm import make_dataset
 
     size = dict(batch_size=plan.batch_per_replica_step, shuffle_buffer_size=args.shuffle_buffer_size) if training \
         else dict(batch_size=args.per_replica_batch_size, num_batches=plan.eval_steps * plan.replicas_per_host)
-    return lambda input_context: make_dataset(files, input_context, max_length=args.max_length, masking=masking,
-                                              seed=seed, training=training, **size)
+    return lambda input_context: make_dataset(files, input_context, max_length=args.max_length, seed=seed,
+                                              training=training, **data, **size)
 
 
-def distributed_datasets(args, strategy, plan, masking, train_files, eval_files):
+def distributed_datasets(args, strategy, plan, data, train_files, eval_files):
     """(training(first_step), evaluation): on each host, its own shards, for its own replicas."""
     def training(first_step):
         return strategy.distribute_datasets_from_function(
-            host_dataset(args, plan, masking, train_files, args.seed + first_step))
+            host_dataset(args, plan, data, train_files, args.seed + first_step))
 
     return training, strategy.distribute_datasets_from_function(
-        host_dataset(args, plan, masking, eval_files, args.seed, training=False)) if eval_files else None
+        host_dataset(args, plan, data, eval_files, args.seed, training=False)) if eval_files else None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -232,6 +242,15 @@ def model_config(args, tokenizer):
         raise UserError(f"--objective electra trains an ELECTRA discriminator and generator, but "
                         f"{start or args.pretrained_model_config!r} is a {config.model_type} config. Pass an ELECTRA "
                         "config (model_type electra), e.g. a folder with ElectraConfig(...).save_pretrained().")
+    if args.objective in PAIR_OBJECTIVES:
+        if config.model_type not in PAIR_ARCHITECTURES:
+            raise UserError(f"--objective {args.objective} trains a sentence-pair head, which 🤗's TensorFlow models "
+                            f"have for {' and '.join(PAIR_ARCHITECTURES)} only, but {start or args.pretrained_model_config!r} "
+                            f"is a {config.model_type} config. Pass a BERT or ALBERT config (configs/bert-base.json), "
+                            "or train a masked LM (--objective mlm).")
+        config.architectures = [PAIR_ARCHITECTURES[config.model_type]]  # Beside the checkpoints: export_model.py.
+    elif args.objective == "mlm" and any(name.endswith("ForPreTraining") for name in config.architectures or []):
+        config.architectures = None  # A masked LM's checkpoints hold no pair head (export_model.py).
     if config.model_type not in ARCHITECTURES:
         logger.warning("%s is not among the architectures tested with this pipeline (README, \"Architectures\"): it "
                        "may fail at its first step, and it gets no PyTorch copy.", config.model_type)
@@ -284,15 +303,17 @@ def generator_config(args, config):
 
 
 def build_trainer(args, config, tokenizer, plan, jit_compile, train_files, generator_config=None):
-    """The model (new, or that of --model_name_or_path) in a compiled MaskedLMTrainer, and its learning-rate
-    schedule; or, with `generator_config` (--objective electra), an ELECTRA discriminator and generator (new, or those
-    of --model_name_or_path: its generator if it has one, see generator_config) in an ElectraTrainer. Call it in the
+    """The model (new, or that of --model_name_or_path) in a compiled MaskedLMTrainer (a SentencePairTrainer for
+    --objective nsp or sop), and its learning-rate schedule; or, with `generator_config` (--objective electra), an
+    ELECTRA discriminator and generator (new, or those of --model_name_or_path: its generator if it has one, see
+    generator_config) in an ElectraTrainer. Call it in the
     strategy's scope. The token counts beside the shards give the frequency baseline, and (--output_bias) a new LM
     head's starting output bias: a loaded one keeps its own."""
-    from transformers import TFAutoModelForMaskedLM, TFElectraForMaskedLM, TFElectraForPreTraining, create_optimizer
+    from transformers import (TFAutoModelForMaskedLM, TFAutoModelForPreTraining, TFElectraForMaskedLM,
+                              TFElectraForPreTraining, create_optimizer)
 
     from electra import DISCRIMINATOR_WEIGHT, ElectraTrainer
-    from masked_lm import MaskedLMTrainer, frequency_log_probs, start_from_token_frequencies
+    from masked_lm import MaskedLMTrainer, SentencePairTrainer, frequency_log_probs, start_from_token_frequencies
 
     def start(model_class, model_config, weights_from):
         if weights_from:
@@ -307,7 +328,8 @@ def build_trainer(args, config, tokenizer, plan, jit_compile, train_files, gener
         raise UserError(f"--output_bias sets a new LM head's starting bias, but the LM head of {lm_weights} is "
                         "loaded with the bias it learned. Drop --output_bias.")
     if generator_config is None:
-        mlm = lm = start(TFAutoModelForMaskedLM, config, lm_weights)
+        model_class = TFAutoModelForPreTraining if args.objective in PAIR_OBJECTIVES else TFAutoModelForMaskedLM
+        mlm = lm = start(model_class, config, lm_weights)
     else:  # ElectraTrainer then has the generator read the discriminator's embeddings, dropping its own.
         mlm = start(TFElectraForPreTraining, config, args.model_name_or_path)
         generator = lm = start(TFElectraForMaskedLM, generator_config, lm_weights)
@@ -330,8 +352,9 @@ def build_trainer(args, config, tokenizer, plan, jit_compile, train_files, gener
         trainer = ElectraTrainer(mlm, generator, args.discriminator_weight or DISCRIMINATOR_WEIGHT,
                                  args.gradient_accumulation_steps, jit_compile, seed=args.seed)
     else:
-        trainer = MaskedLMTrainer(mlm, tokenizer.mask_token_id, args.gradient_accumulation_steps, jit_compile,
-                                  frequency_log_probs=frequency_table)
+        trainer_class = SentencePairTrainer if args.objective in PAIR_OBJECTIVES else MaskedLMTrainer
+        trainer = trainer_class(mlm, tokenizer.mask_token_id, args.gradient_accumulation_steps, jit_compile,
+                                frequency_log_probs=frequency_table)
     trainer.compile(optimizer=optimizer, steps_per_execution=args.steps_per_execution)
     return trainer, learning_rate
 
@@ -423,7 +446,9 @@ def save_model(args, trainer, tokenizer, config, results, plan):
     what = (f"An ELECTRA discriminator pre-trained by replaced-token detection (`--objective electra`, a generator "
             f"of hidden size {trainer.generator.config.hidden_size}, saved in `{ELECTRA_GENERATOR}/` as a fill-mask "
             f"model; discriminator weight {trainer.discriminator_weight})" if electra
-            else f"A {config.model_type} masked language model pre-trained")
+            else f"A {config.model_type} masked language model pre-trained on sentence pairs with "
+            f"{PAIR_OBJECTIVES[args.objective]} (`--objective {args.objective}`), its pair head kept,"
+            if args.objective in PAIR_OBJECTIVES else f"A {config.model_type} masked language model pre-trained")
     description = f"""{what} with TensorFlow (`run_mlm.py` of a TF + 🤗 Transformers TPU pre-training pipeline),
 {origin}.
 
@@ -434,9 +459,9 @@ def save_model(args, trainer, tokenizer, config, results, plan):
 - Steps: {step} at a global batch of {plan.global_batch_size} samples ({results['num_replicas']} replicas),
   learning rate {args.learning_rate}, weight decay {args.weight_decay_rate}
 
-## Final evaluation{'' if electra else ' (masked positions only)'}
+## Final evaluation
 
-{ELECTRA_METRICS if electra else MLM_METRICS}
+{ELECTRA_METRICS if electra else MLM_METRICS + (PAIR_METRICS if args.objective in PAIR_OBJECTIVES else "")}
 
 | metric | value |
 |---|---|
@@ -464,6 +489,8 @@ MLM_METRICS = """\
 `loss`, `perplexity` and `masked_accuracy` cover every position chosen for prediction; the `..._at_mask` metrics
 only those whose input was `<mask>`, for the model and for a table of the training tokens' frequencies
 (`frequency_...`); `nats_beyond_frequency` is how much lower the model's cross-entropy is there than the table's."""
+PAIR_METRICS = """ The masked LM's loss is `masked_lm_loss`; the pair head's `pair_loss` and `pair_accuracy` (half the
+pairs changed: 0.5 is chance); `loss` is the sum of the two losses."""
 ELECTRA_METRICS = """The generator's `generator_loss` and `generator_accuracy` at the masked positions; the
 discriminator's `discriminator_loss` and `discriminator_accuracy` over every real token, its accuracy on the tokens
 the generator replaced (`replaced_accuracy`) and on the others (`original_accuracy`); `replaced_share`, the share of
@@ -521,10 +548,12 @@ def parse_args():
     model.add_argument("--config_overrides", type=config_overrides,
                        help="Changes to the config, e.g. hidden_size=256,num_hidden_layers=4,num_attention_heads=4 "
                             "(with --model_name_or_path, dropout only).")
-    model.add_argument("--objective", choices=["mlm", "electra"], default="mlm",
-                       help="What trains: masked-LM, or ELECTRA's replaced-token detection, a discriminator (the "
-                            "model saved) and a smaller generator (saved in generator/), from an ELECTRA config, or "
-                            "continuing such a pair (--model_name_or_path) (default: %(default)s).")
+    model.add_argument("--objective", choices=["mlm", "electra", *PAIR_OBJECTIVES], default="mlm",
+                       help="What trains: masked-LM; ELECTRA's replaced-token detection, a discriminator (the model "
+                            "saved) and a smaller generator (saved in generator/), from an ELECTRA config, or "
+                            "continuing such a pair (--model_name_or_path); or, for BERT and ALBERT, masked-LM on "
+                            "sentence pairs with BERT's next-sentence prediction (nsp) or ALBERT's sentence-order "
+                            "prediction (sop) (default: %(default)s).")
     # ELECTRA's flags default to None, electra.py's values taken where they are used: given without --objective
     # electra, they are refused (below), not ignored.
     model.add_argument("--generator_hidden_size", type=positive_float,
@@ -587,9 +616,12 @@ def parse_args():
     if electra_flags and args.objective != "electra":  # ELECTRA was most likely meant: not hours of a masked LM.
         parser.error(f"this command trains a masked LM (no --objective electra), which ignores ELECTRA's "
                      f"{electra_flags}. Add --objective electra, or drop {electra_flags}.")
-    if args.cls_bag_of_words and args.objective == "electra":
-        parser.error("--cls_bag_of_words is a masked LM's loss, and --objective electra trains ELECTRA: drop one of "
-                     "the two.")
+    if args.cls_bag_of_words and args.objective != "mlm":
+        parser.error(f"--cls_bag_of_words is a masked LM's loss at <s>, and --objective {args.objective} trains "
+                     f"{'ELECTRA' if args.objective == 'electra' else 'a pair head there'}: drop one of the two.")
+    if args.objective == "nsp" and args.per_replica_batch_size < 2:
+        parser.error("--objective nsp takes the second text of a random pair from the next sample of the batch, and "
+                     "--per_replica_batch_size 1 has none: give it 2 or more.")
     if args.generator_hidden_size is not None and args.generator_hidden_size > 1:
         parser.error(f"--generator_hidden_size is a fraction of the discriminator's hidden size, at most 1, got "
                      f"{args.generator_hidden_size}.")

@@ -244,3 +244,14 @@ def unfinished_copy(run_dir, destination):
     del results["saved_model_step"]
     (destination / "training_results.json").write_text(json.dumps(results))
     return destination
+
+
+def own_cross_entropy(mlm, batch):
+    """The summed cross-entropy at the labelled positions of `batch`, from the 🤗 masked LM's own call (its logits
+    at every position): what the trainers' LM head at the masked positions must compute."""
+    import tensorflow as tf
+
+    logits = mlm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    is_chosen = batch["labels"] != -100
+    return float(tf.reduce_sum(tf.boolean_mask(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.where(is_chosen, batch["labels"], 0), logits=tf.cast(logits, tf.float32)), is_chosen)))

@@ -17,7 +17,7 @@ from transformers import (AutoConfig, AutoTokenizer, TFAutoModelForMaskedLM, TFA
 
 from classifier import ClassifierTrainer
 from devices import create_optimizer_state, set_seed
-from helpers import MAX_LENGTH
+from helpers import MAX_LENGTH, own_cross_entropy
 from masked_lm import MaskedLMTrainer, mask_tokens, start_from_token_frequencies
 from models import ARCHITECTURES, save_model_folder, save_pytorch_copy
 
@@ -74,9 +74,10 @@ def test_trains_with_the_gathered_head_under_xla_resumes_and_fine_tunes(model_ty
 
     # The head at the masked positions computes what the model's own call computes there.
     full_batch = {name: value for name, value in batches[0].items() if name != "masked_positions"}
-    gathered, full = trainer._masked_lm_sums(batches[0]), trainer._masked_lm_sums(full_batch)
+    gathered, full = trainer.sums(batches[0], seed=None), trainer.sums(full_batch, seed=None)
     assert float(gathered["count"]) == float(full["count"]) > 10
     np.testing.assert_allclose(float(gathered["cross_entropy"]), float(full["cross_entropy"]), rtol=1e-5)
+    np.testing.assert_allclose(float(gathered["cross_entropy"]), own_cross_entropy(mlm, full_batch), rtol=1e-5)
 
     optimizer, _ = create_optimizer(init_lr=1e-2, num_train_steps=10, num_warmup_steps=0, weight_decay_rate=1e-3)
     trainer.compile(optimizer=optimizer)

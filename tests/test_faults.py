@@ -49,8 +49,11 @@ from utils import UserError
     (run_mlm, ["--generator_hidden_size", "0.5"], "this command trains a masked LM (no --objective electra), which "
      "ignores ELECTRA's --generator_hidden_size. Add --objective electra, or drop --generator_hidden_size."),
     (run_mlm, ["--objective", "mlm", "--discriminator_weight", "50"], "ignores ELECTRA's --discriminator_weight."),
-    (run_mlm, ["--objective", "electra", "--cls_bag_of_words"], "--cls_bag_of_words is a masked LM's loss, and "
-     "--objective electra trains ELECTRA: drop one of the two."),
+    (run_mlm, ["--objective", "electra", "--cls_bag_of_words"], "--cls_bag_of_words is a masked LM's loss at <s>, "
+     "and --objective electra trains ELECTRA: drop one of the two."),
+    (run_mlm, ["--objective", "sop", "--cls_bag_of_words"], "--objective sop trains a pair head there: drop one"),
+    (run_mlm, ["--objective", "nsp", "--per_replica_batch_size", "1"], "--per_replica_batch_size 1 has none: give "
+     "it 2 or more."),
     (run_classification, ["--model_name_or_path", "m", "--train_file", "t.csv", "--learning_rate=-1e-3"],
      "argument --learning_rate: must be above 0, got -1e-3"),
     (run_classification, ["--model_name_or_path", "m", "--train_file", "t.csv", "--weight_decay_rate", "-1"],

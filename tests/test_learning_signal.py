@@ -36,7 +36,7 @@ def test_the_frequency_table_scores_what_it_is_known_to_score():
     input_ids = tf.constant([[0, MASK_ID, MASK_ID, 5, MASK_ID, 7, 5, 2]])
     batch = {"input_ids": input_ids, "attention_mask": tf.ones_like(input_ids), "labels": labels}
     trainer = MaskedLMTrainer(tiny_mlm(10, 8), MASK_ID, frequency_log_probs=log_probs)
-    sums = {name: float(value) for name, value in trainer._masked_lm_sums(batch).items()}
+    sums = {name: float(value) for name, value in trainer.sums(batch, seed=None).items()}
     assert (sums["count"], sums["mask_count"]) == (5, 3)
     # At the three <mask> positions the labels are 9, 6 and 8; the table always answers 9, its most frequent id.
     np.testing.assert_allclose(sums["frequency_cross_entropy"], -np.log(41 / 105) - np.log(21 / 105) - np.log(1 / 105),

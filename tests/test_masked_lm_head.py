@@ -10,12 +10,13 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tf_keras as keras
 from transformers import RobertaConfig, TFAutoModelForMaskedLM, create_optimizer
 
 from devices import create_optimizer_state
-from helpers import REPO
+from helpers import REPO, own_cross_entropy
 from masked_lm import MaskedLMTrainer, mask_tokens
 from run_folder import restore_last_checkpoint
 
@@ -52,15 +53,17 @@ def test_gathered_head_equals_full_head():
     batch = masked_batch(seed=4)
     full_batch = {k: v for k, v in batch.items() if k != "masked_positions"}  # Same masks, full head.
 
-    gathered = {name: float(value) for name, value in trainer._masked_lm_sums(batch).items()}
-    full = {name: float(value) for name, value in trainer._masked_lm_sums(full_batch).items()}
+    gathered = {name: float(value) for name, value in trainer.sums(batch, seed=None).items()}
+    full = {name: float(value) for name, value in trainer.sums(full_batch, seed=None).items()}
+    assert gathered["cross_entropy"] == pytest.approx(own_cross_entropy(trainer.mlm, batch), rel=1e-5)
     assert gathered["count"] == full["count"] == float((batch["labels"].numpy() != -100).sum()) > 100
     assert 0.7 * full["count"] < gathered["mask_count"] == full["mask_count"] < 0.9 * full["count"]
     for name in full:  # Summed loss, correct predictions, counts, at every chosen position and at <mask> only.
         np.testing.assert_allclose(gathered[name], full[name], rtol=1e-5, err_msg=name)
 
-    gathered_gradients, gathered_stats = trainer._compute_gradients(batch)
-    full_gradients, _ = trainer._compute_gradients(full_batch)
+    counts, seed = trainer.counts(batch), tf.constant([0, 0], tf.int64)
+    gathered_gradients, gathered_stats = trainer._compute_gradients(batch, counts, seed)
+    full_gradients, _ = trainer._compute_gradients(full_batch, counts, seed)
     np.testing.assert_allclose(gathered_stats["cross_entropy"], gathered["cross_entropy"], rtol=1e-5)
     for a, b in zip(gathered_gradients, full_gradients):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
@@ -114,7 +117,7 @@ def test_a_run_creates_adams_moments_before_its_first_step_which_keras_then_trac
     restore_last_checkpoint(argparse.Namespace(output_dir=str(tmp_path), overwrite=False), trainer, is_chief=True)
     assert all(optimizer.get_slot(variable, "m").shape == variable.shape for variable in mlm.trainable_variables)
     traces, compute_gradients = [], trainer.compute_gradients
-    trainer.compute_gradients = lambda batch: traces.append(batch) or compute_gradients(batch)  # Runs as it traces.
+    trainer.compute_gradients = lambda *args: traces.append(args) or compute_gradients(*args)  # Runs as it traces.
     trainer.fit(dataset_of([masked_batch(seed) for seed in range(2)]), epochs=2, verbose=0)
     assert len(traces) == 1 and int(optimizer.iterations.numpy()) == 4
 

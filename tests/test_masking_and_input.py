@@ -55,13 +55,13 @@ def test_rates_of_masking_and_replacement(batch):
     ("mlm", None, (0.8, 0.1, 0.1)), ("mlm", 1.0, (1.0, 0.0, 0.0)), ("mlm", 0.6, (0.6, 0.2, 0.2)),
     ("electra", None, (0.85, 0.0, 0.15)), ("electra", 0.7, (0.7, 0.0, 0.3))])
 def test_mask_share_sets_what_the_chosen_tokens_become(objective, mask_share, shares, batch):
-    """--mask_share, through run_mlm.py's masking_arguments: the shares of <mask>, a random token and unchanged."""
-    from run_mlm import masking_arguments
+    """--mask_share, through run_mlm.py's data_arguments: the shares of <mask>, a random token and unchanged."""
+    from run_mlm import data_arguments
 
     tokenizer = word_level_tokenizer_without_cls()
     args = argparse.Namespace(masking="token", mlm_probability=0.15, max_predictions_per_seq=0, objective=objective,
                               mask_share=mask_share, cls_bag_of_words=False)
-    masking = masking_arguments(args, tokenizer)
+    masking = data_arguments(args, tokenizer)["masking"]
     (masked_ids, labels), ids = masked(batch, [5, 6], mask_share=masking["mask_share"],
                                        random_share=masking["random_share"]), batch.numpy()
     chosen = labels != -100
@@ -304,19 +304,19 @@ def test_the_masked_share_is_mlm_probability_in_every_mode(mode, shards_dir, tok
 
 
 def test_cls_bag_of_words_opens_every_sample_with_s_labelled_with_one_of_its_tokens(shards_dir, tokenizer_dir):
-    """--cls_bag_of_words, through run_mlm.py's masking_arguments and make_dataset, on real shards: <s> replaces
+    """--cls_bag_of_words, through run_mlm.py's data_arguments and make_dataset, on real shards: <s> replaces
     each sample's first token, its label is a token of the rest of the sample (never a special one), the rest is
     masked as before, and the LM head computes logits at <s> too."""
     from transformers import AutoTokenizer
 
-    from run_mlm import masking_arguments
+    from run_mlm import data_arguments
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     args = argparse.Namespace(masking="token", mlm_probability=0.15, max_predictions_per_seq=32, objective="mlm",
                               mask_share=None, cls_bag_of_words=True, tokenizer=str(tokenizer_dir))
     files, _ = find_shards(str(shards_dir / "validation"), MAX_LENGTH)
     dataset = make_dataset(files, input_context(), batch_size=16, max_length=MAX_LENGTH, seed=4, training=False,
-                           masking=masking_arguments(args, tokenizer), num_batches=4)
+                           num_batches=4, **data_arguments(args, tokenizer))
     special = tokenizer.all_special_ids
     for batch in dataset.take(4).as_numpy_iterator():
         ids, labels, positions = batch["input_ids"], batch["labels"], batch["masked_positions"]
@@ -332,7 +332,7 @@ def test_cls_bag_of_words_opens_every_sample_with_s_labelled_with_one_of_its_tok
             assert set(np.flatnonzero(row_labels != -100)) <= set(row_positions)
 
     with pytest.raises(UserError, match="--cls_bag_of_words trains the token a classification head reads"):
-        masking_arguments(args, word_level_tokenizer_without_cls())
+        data_arguments(args, word_level_tokenizer_without_cls())
 
 
 def test_the_label_at_s_is_drawn_uniformly_from_the_sample_s_tokens():
@@ -350,7 +350,7 @@ def test_whole_word_masking_refuses_a_tokenizer_that_does_not_mark_words():
     from transformers import PreTrainedTokenizerFast
 
     from masked_lm import word_start_table
-    from run_mlm import masking_arguments
+    from run_mlm import data_arguments
     from utils import UserError
 
     backend = Tokenizer(models.WordLevel({"[UNK]": 0, "[MASK]": 1, "the": 2, "game": 3}, unk_token="[UNK]"))
@@ -361,4 +361,4 @@ def test_whole_word_masking_refuses_a_tokenizer_that_does_not_mark_words():
         word_start_table(tokenizer)
     args = argparse.Namespace(masking="whole_word", mlm_probability=0.15, max_predictions_per_seq=0, objective="mlm")
     with pytest.raises(UserError, match="need a tokenizer whose pieces show where words begin"):
-        masking_arguments(args, tokenizer)
+        data_arguments(args, tokenizer)

@@ -1,0 +1,226 @@
+"""Pre-training on sentence pairs (run_mlm.py --objective nsp and sop; masked_lm.make_pairs and SentencePairTrainer):
+the pairs in the tokenizer's own layout, the loss of both heads, and tiny BERT and ALBERT runs end to end: trained,
+resumed, saved with their pooler and pair head, exported from a checkpoint, continued, fine-tuned from the pooler
+they learned; and (make test-pytorch) their PyTorch copies in 🤗 Transformers 5."""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from transformers import AlbertConfig, AutoTokenizer, BertConfig, TFAutoModelForPreTraining
+
+from helpers import MAX_LENGTH, REPO, run_main, tiny_mlm_args
+from masked_lm import SentencePairTrainer, make_pairs, mask_tokens, pair_template
+
+BANKING77 = REPO / "tests" / "data" / "banking77"
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=MAX_LENGTH)
+# This pipeline's tokenizers lay a pair out as RoBERTa's, <s> A </s></s> B </s>, of one token type; BERT's WordPiece
+# tokenizers as [CLS] A [SEP] B [SEP], B of type 1.
+ROBERTA_LAYOUT = ([0, -1, 2, 2, -1, 2], [0] * 6)
+BERT_LAYOUT = ([101, -1, 102, -1, 102], [0, 0, 0, 1, 1])
+
+
+def stream_batch(num_samples=64, length=24):
+    """Consecutive samples of a token stream whose ids say where they came from: sample i holds 1000 + 100 i + j."""
+    ids = 1000 + 100 * np.arange(num_samples)[:, None] + np.arange(length)[None]
+    return {"input_ids": tf.constant(ids, tf.int32), "attention_mask": tf.ones([num_samples, length], tf.int32)}
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("template", [ROBERTA_LAYOUT, BERT_LAYOUT])
+@pytest.mark.parametrize("sentence_order", [False, True])
+def test_a_pair_is_a_sample_cut_in_two_in_the_tokenizers_layout_half_of_them_changed(template, sentence_order):
+    batch = stream_batch()
+    pairs = make_pairs(batch, tf.constant([3, 4], tf.int64), template=template, sentence_order=sentence_order)
+    ids, types, labels = (pairs[name].numpy() for name in ("input_ids", "token_type_ids", "pair_labels"))
+    assert ids.shape == types.shape == (64, 24) and (pairs["attention_mask"].numpy() == 1).all()
+    assert 20 < labels.sum() < 44  # Half of them changed, 32 expected.
+    specials, special_types = zip(*[(token, t) for token, t in zip(*template) if token != -1])
+    content_length = 24 - len(specials)
+    first_lengths = set()
+    for row, row_types, label, sample in zip(ids, types, labels, range(64)):
+        is_special = row < 1000
+        assert tuple(row[is_special]) == specials and tuple(row_types[is_special]) == special_types
+        # The specials where the template has them: before A, between A and B, after B.
+        first = np.flatnonzero(is_special[1:])[0]  # A's length: the tokens before the next special.
+        segments = [row[1:1 + first], row[~is_special][first:]]
+        first_lengths.add(first)
+        assert all(len(segment) >= 1 for segment in segments)
+        # The segments' token types: the template's for A and for B.
+        assert (row_types[1:1 + first] == template[1][1]).all()
+        assert (row_types[~is_special][first:] == template[1][template[0].index(-1, 2)]).all()
+        own = 1000 + 100 * sample + np.arange(content_length)
+        if label == 0:  # A then B, the sample's first tokens in their order.
+            assert (row[~is_special] == own).all()
+        elif sentence_order:  # B then A.
+            assert (np.concatenate(segments[::-1]) == own).all()
+        else:  # A, then the same stretch of the next sample.
+            next_sample = 1000 + 100 * ((sample + 1) % 64) + np.arange(content_length)
+            assert (segments[0] == own[:first]).all() and (segments[1] == next_sample[first:]).all()
+    assert len(first_lengths) > 10  # The cut falls anywhere.
+
+
+@pytest.mark.fast
+def test_the_pair_template_is_the_tokenizers_own(tokenizer_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    assert pair_template(tokenizer) == ([0, -1, 2, 2, -1, 2], [0] * 6)
+    # The pair as the tokenizer encodes it, and as make_pairs lays out a sample cut after its second token.
+    texts = tokenizer("The game", "was released"), tokenizer("The game was released")
+    ids = texts[1]["input_ids"][1:-1]
+    assert texts[0]["input_ids"] == [0, *ids[:2], 2, 2, *ids[2:], 2]
+
+
+def tiny_pair_model(config_class, **overrides):
+    config = config_class(vocab_size=50, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                          **{**TINY, **overrides})
+    model = TFAutoModelForPreTraining.from_config(config)
+    model.build_in_name_scope()
+    return model
+
+
+@pytest.mark.parametrize("config_class", [BertConfig, AlbertConfig])
+def test_the_loss_is_the_masked_lms_mean_plus_the_pair_heads_mean_as_the_models_own_call_gives_them(config_class):
+    # No dropout (ALBERT's pair head has its own): the micro-batches must give what one batch gives.
+    model = tiny_pair_model(config_class, **({"embedding_size": 16, "classifier_dropout_prob": 0.0}
+                                             if config_class is AlbertConfig else {}))
+    pairs = make_pairs({"input_ids": tf.random.stateless_uniform([8, 20], [1, 2], minval=5, maxval=50,
+                                                                 dtype=tf.int32),
+                        "attention_mask": tf.ones([8, 20], tf.int32)}, tf.constant([5, 6], tf.int64),
+                       template=([0, -1, 2, -1, 2], [0, 0, 0, 1, 1]), sentence_order=True)  # BERT's layout.
+    batch = {**pairs, **mask_tokens(pairs["input_ids"], tf.constant([7, 8], tf.int64), mask_token_id=4,
+                                    special_token_ids=[0, 1, 2, 3, 4], vocab_size=50, mlm_probability=0.3,
+                                    max_predictions=8)}
+    trainer = SentencePairTrainer(model, 4, gradient_accumulation_steps=2)
+    counts = trainer.counts(batch)
+    sums = trainer.sums(batch, seed=None)
+    # The model's own call: the LM head at every position, the pair head on the pooled <s>.
+    outputs = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                    token_type_ids=batch["token_type_ids"])
+    pair_logits = outputs.seq_relationship_logits if config_class is BertConfig else outputs.sop_logits
+    chosen = batch["labels"] != -100
+    masked_lm = tf.reduce_mean(tf.boolean_mask(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        tf.where(chosen, batch["labels"], 0), outputs.prediction_logits), chosen))
+    pair = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(batch["pair_labels"], pair_logits))
+    assert float(trainer.training_loss(sums, counts)) == pytest.approx(float(masked_lm + pair), rel=1e-5)
+    # Two micro-batches: the same sums, and gradients that reach both heads and the pooler.
+    gradients, step_sums = trainer._compute_gradients(batch, counts, tf.constant([0, 0], tf.int64))
+    assert float(step_sums["pair_cross_entropy"]) == pytest.approx(float(sums["pair_cross_entropy"]), rel=1e-5)
+    norms = {variable.name: float(tf.norm(gradient)) for variable, gradient in zip(model.trainable_variables, gradients)}
+    for layer in ("pooler", "seq_relationship" if config_class is BertConfig else "sop_classifier", "predictions"):
+        assert any(norm > 0 for name, norm in norms.items() if layer in name), layer
+
+
+@pytest.fixture(scope="module")
+def bert_config_dir(tmp_path_factory):
+    config_dir = tmp_path_factory.mktemp("tiny-bert")
+    BertConfig(**TINY).save_pretrained(config_dir)
+    return config_dir
+
+
+def pair_args(shards_dir, tokenizer_dir, config_dir, output_dir, max_steps, objective="nsp"):
+    return [*tiny_mlm_args(shards_dir, tokenizer_dir, config_dir, output_dir), "--objective", objective,
+            "--eval_dataset", shards_dir / "validation", "--max_steps", max_steps, "--eval_every_steps", 4,
+            "--checkpoint_every_steps", 4]
+
+
+def test_a_bert_run_with_next_sentence_prediction_resumes_saves_exports_continues_and_fine_tunes(
+        shards_dir, tokenizer_dir, bert_config_dir, tmp_path):
+    from transformers import TFBertForPreTraining, TFBertForSequenceClassification
+
+    model_dir = tmp_path / "nsp"
+    run_main("run_mlm.py", *pair_args(shards_dir, tokenizer_dir, bert_config_dir, model_dir, 4))
+    second = run_main("run_mlm.py", *pair_args(shards_dir, tokenizer_dir, bert_config_dir, model_dir, 8))
+    assert f"Resuming from {model_dir}/checkpoints/ckpt-4, at step 4" in second.stderr
+    results = json.loads((model_dir / "training_results.json").read_text())
+    assert results["saved_model_step"] == 8 and results["objective"] == "nsp"
+    final = results["final_eval"]
+    assert {"loss", "masked_lm_loss", "pair_loss", "pair_accuracy", "nats_beyond_frequency"} <= set(final)
+    assert final["loss"] == pytest.approx(final["masked_lm_loss"] + final["pair_loss"], rel=0.05)
+    assert 0 < final["pair_accuracy"] < 1
+    assert "next-sentence prediction" in (model_dir / "README.md").read_text()
+
+    # Resumed with the other pair objective, or as a masked LM, it is refused before anything is built.
+    for objective in ("sop", "mlm"):
+        refused = run_main("run_mlm.py", *pair_args(shards_dir, tokenizer_dir, bert_config_dir, model_dir, 12,
+                                                     objective), expect_failure=True)
+        assert f"of another model than this command's: --objective nsp (this command: {objective})" \
+            in refused.stderr
+
+    # The saved model keeps its pooler and pair head; export_model.py makes the same of the last checkpoint.
+    assert json.loads((model_dir / "config.json").read_text())["architectures"] == ["BertForPreTraining"]
+    saved = TFBertForPreTraining.from_pretrained(model_dir)
+    exported = tmp_path / "exported"
+    run_main("export_model.py", model_dir, "--output_dir", tmp_path / "exported")
+    run_main("export_model.py", model_dir / "checkpoints", "--output_dir", exported, "--overwrite")
+    inputs = dict(input_ids=tf.constant([[0, 40, 4, 2, 2, 60, 70, 2]]), attention_mask=tf.ones([1, 8], tf.int32))
+    assert np.allclose(TFBertForPreTraining.from_pretrained(exported)(**inputs).seq_relationship_logits,
+                       saved(**inputs).seq_relationship_logits)
+
+    # Pre-training continues from the saved model, pair head and all: it evaluates as the run ended.
+    continued = tmp_path / "continued"
+    run_main("run_mlm.py", "--model_name_or_path", model_dir, "--objective", "nsp", "--train_dataset",
+             shards_dir / "train", "--eval_dataset", shards_dir / "validation", "--max_length", MAX_LENGTH,
+             "--per_replica_batch_size", 8, "--max_steps", 1, "--warmup_steps", 0, "--input_check_seconds", 0,
+             "--no_tpu", "--output_dir", continued)
+    assert json.loads((continued / "training_results.json").read_text())["step_0_eval"] == \
+        pytest.approx(final, rel=1e-4)
+
+    # Fine-tuning starts from the pooler it learned.
+    classifier_dir = tmp_path / "classifier"
+    run_main("run_classification.py", "--model_name_or_path", model_dir, "--train_file", BANKING77 / "train.csv",
+             "--label_column", "category", "--max_length", 32, "--per_replica_batch_size", 8, "--num_epochs", 1,
+             "--learning_rate", 1e-9, "--no_tpu", "--output_dir", classifier_dir)
+    classifier = TFBertForSequenceClassification.from_pretrained(classifier_dir)
+    assert np.allclose(classifier.bert.pooler.dense.kernel.numpy(), saved.bert.pooler.dense.kernel.numpy(),
+                       atol=1e-6)
+
+
+def test_sentence_pairs_need_a_pair_head(shards_dir, tokenizer_dir, tiny_config_dir, tmp_path):
+    result = run_main("run_mlm.py", *tiny_mlm_args(shards_dir, tokenizer_dir, tiny_config_dir, tmp_path / "m"),
+                      "--objective", "sop", "--max_steps", 2, expect_failure=True)
+    assert "--objective sop trains a sentence-pair head, which 🤗's TensorFlow models have for albert and bert " \
+           "only, but" in result.stderr
+    assert "is a roberta config" in result.stderr and "Model:" not in result.stderr
+
+
+# What Transformers 5 with PyTorch gives for a saved pair model, run in PYTORCH_PYTHON: its loading report and pair
+# logits on the same token ids.
+TRANSFORMERS_5 = """
+import json, sys
+import torch, transformers
+
+model_class, folder, input_ids = json.loads(sys.argv[1])
+model, report = getattr(transformers, model_class).from_pretrained(folder + "/pytorch", output_loading_info=True)
+with torch.no_grad():
+    outputs = model(input_ids=torch.tensor(input_ids))
+logits = outputs.seq_relationship_logits if hasattr(outputs, "seq_relationship_logits") else outputs.sop_logits
+json.dump(dict(report={key: list(value) for key, value in report.items()}, pair_logits=logits.tolist(),
+               prediction_logits=outputs.prediction_logits.tolist()), sys.stdout)
+"""
+
+
+@pytest.mark.skipif(not os.environ.get("PYTORCH_PYTHON"),
+                    reason="needs 🤗 Transformers 5 and PyTorch: `make test-pytorch` builds them and runs it")
+@pytest.mark.parametrize("objective,config", [("nsp", BertConfig(**TINY)),
+                                              ("sop", AlbertConfig(embedding_size=16, **TINY))])
+def test_transformers_5_with_pytorch_loads_the_pair_model_as_tensorflow_runs_it(objective, config, shards_dir,
+                                                                               tokenizer_dir, tmp_path):
+    config.save_pretrained(tmp_path / "config")
+    model_dir = tmp_path / objective
+    run_main("run_mlm.py", *pair_args(shards_dir, tokenizer_dir, tmp_path / "config", model_dir, 4, objective))
+    input_ids = [[0, 40, 50, 4, 2, 2, 60, 70, 2], [0, 90, 2, 2, 4, 100, 110, 120, 2]]  # <s> A </s></s> B </s>
+    model_class = config.model_type.capitalize() + "ForPreTraining"
+    result = subprocess.run([os.environ["PYTORCH_PYTHON"], "-c", TRANSFORMERS_5,
+                             json.dumps([model_class, str(model_dir), input_ids])],
+                            capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, result.stderr[-5000:]
+    answer = json.loads(result.stdout)
+    assert answer["report"] == {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []}
+    tensorflow = TFAutoModelForPreTraining.from_pretrained(model_dir)(input_ids=tf.constant(input_ids))
+    pair_logits = tensorflow.seq_relationship_logits if objective == "nsp" else tensorflow.sop_logits
+    assert np.abs(np.array(answer["pair_logits"]) - pair_logits.numpy()).max() < 1e-4
+    assert np.abs(np.array(answer["prediction_logits"]) - tensorflow.prediction_logits.numpy()).max() < 1e-4
