@@ -93,7 +93,7 @@ def from_last_checkpoint(source):
     """(write, origin) for a run_mlm.py run: the model of its last checkpoint (an ELECTRA run's discriminator; not
     its generator), with the config and tokenizer beside it, and a PyTorch copy."""
     import tensorflow as tf
-    from transformers import TFAutoModelForMaskedLM, TFAutoModelForPreTraining, TFElectraForPreTraining
+    from transformers import TFAutoModelForMaskedLM, TFElectraForPreTraining
 
     from run_folder import check_checkpoint, last_checkpoint  # Here: it imports TensorFlow.
 
@@ -114,13 +114,16 @@ def from_last_checkpoint(source):
                         "(Ctrl-C) or let it finish.")
     check_checkpoint(checkpoint, checkpoint_dir)
     tokenizer = load_tokenizer(config_dir, "SOURCE", PASS_A_MODEL_FOLDER)
-    # A run of --objective electra keeps its generator's config in generator/: its model is the discriminator. One
-    # of --objective nsp or sop has a config that names its …ForPreTraining (BERT's, ALBERT's).
+    # A run of --objective electra keeps its generator's config in generator/: its model is the discriminator. Else
+    # the config names the class of the checkpoints' model (save_checkpoints_config), a masked LM where it did not.
     config = load_config(config_dir, "SOURCE", PASS_A_MODEL_FOLDER)
-    is_electra = tf.io.gfile.exists(os.path.join(config_dir, ELECTRA_GENERATOR, "config.json"))
-    model = (TFElectraForPreTraining if is_electra else TFAutoModelForPreTraining
-             if any(name.endswith("ForPreTraining") for name in config.architectures or []) else
-             TFAutoModelForMaskedLM).from_config(config)
+    if tf.io.gfile.exists(os.path.join(config_dir, ELECTRA_GENERATOR, "config.json")):
+        model_class = TFElectraForPreTraining
+    elif config.architectures:
+        model_class = getattr(transformers, "TF" + config.architectures[0])
+    else:
+        model_class = TFAutoModelForMaskedLM
+    model = model_class.from_config(config)
     model.build_in_name_scope()
     # The checkpoint also holds the optimizer's state, which a model does not need.
     status = tf.train.Checkpoint(model=model).restore(checkpoint).expect_partial()

@@ -45,6 +45,32 @@ def load_tokenizer(name_or_path, flag, advice=None):
                         f"{type(err).__name__}: {err}\n{advice}") from err
 
 
+def with_typed_pairs(tokenizer):
+    """`tokenizer`, or where it gives both texts of a pair token type 0 (this pipeline's tokenizers, whose pairs are
+    RoBERTa's <s> A </s></s> B </s>), a copy that gives the second text type 1, as BERT's tokenizers do: the
+    tokenizer of a model with token-type embeddings pre-trained on pairs (run_mlm.py --objective nsp, sop), saved
+    with it, so that fine-tuning encodes pairs as pre-training did. The separator after the first text stays of
+    type 0, as BERT's [SEP]."""
+    from tokenizers import processors
+
+    processor = json.loads(tokenizer.backend_tokenizer.to_str()).get("post_processor") or {}
+    if processor.get("type") != "TemplateProcessing" or any(
+            value["type_id"] for item in processor["pair"] for value in item.values()):
+        return tokenizer  # Typed already (BERT's), or laid out by a processor of another kind.
+
+    def template(items, second_from):
+        return " ".join(("$" if "Sequence" in item else "") + f"{value['id']}:{int(i >= second_from)}"
+                        for i, item in enumerate(items) for value in item.values())
+
+    pair = processor["pair"]
+    second_from = [i for i, item in enumerate(pair) if "Sequence" in item][0] + 2  # After A and its separator.
+    typed = copy.deepcopy(tokenizer)
+    typed.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single=template(processor["single"], len(processor["single"])), pair=template(pair, second_from),
+        special_tokens=[(token["id"], token["ids"][0]) for token in processor["special_tokens"].values()])
+    return typed
+
+
 def load_backend_tokenizer(name_or_path):
     """The 🤗 Tokenizers tokenizer that AutoTokenizer.from_pretrained(name_or_path) wraps, and its vocabulary size
     (added tokens included). A folder of train_unigram.py holds a plain PreTrainedTokenizerFast, which wraps its
@@ -82,8 +108,9 @@ def load_config(name_or_path, flag, advice):
 
 def config_changes(before, after):
     """The fields whose values differ between the configs `before` and `after` (their to_dict()), but dropout
-    rates, which no weight depends on, and where and by which 🤗 Transformers version a config was saved."""
-    ignored = ("_name_or_path", "transformers_version")
+    rates, which no weight depends on, where and by which 🤗 Transformers version a config was saved, and the class
+    it was saved with (`architectures`: a masked LM, the same with a pair head)."""
+    ignored = ("_name_or_path", "transformers_version", "architectures")
     return [key for key in {**before, **after}
             if before.get(key) != after.get(key) and "dropout" not in key and key not in ignored]
 
@@ -285,8 +312,10 @@ FIT_ADVICE = "Pass a model folder of this architecture, with its head (config.js
 
 def check_loaded_weights(model, name_or_path, flag, missing, unexpected, new_head):
     """Stops when the weights of `name_or_path` leave part of `model` at random: its encoder always, its head
-    unless `new_head` (run_classification.py's new classifier); logs the weights left out, and a new head. `missing` and
-    `unexpected` are 🤗's names, of layers (TensorFlow's weights) or of weights (PyTorch's).
+    unless `new_head`: True for a new head (run_classification.py's new classifier), or parts of the names of the
+    weights that may start anew, wherever they are (run_mlm.py's pooler and pair head, for a masked LM continued on
+    sentence pairs). Logs the weights left out, and the new ones. `missing` and `unexpected` are 🤗's names, of
+    layers (TensorFlow's weights) or of weights (PyTorch's).
 
     A model without the head asked for is refused, not started with a random one: given to run_mlm.py, a classifier
     (run_classification.py's folder, its config's "architectures" RobertaForSequenceClassification) would continue
@@ -295,13 +324,14 @@ def check_loaded_weights(model, name_or_path, flag, missing, unexpected, new_hea
     is the one meant, and a run of hours on a mistake is what a user least wants."""
     name = type(model).__name__
     prefix = model.base_model_prefix
-    encoder = [key for key in missing if key == prefix or key.startswith(prefix + ".")]
-    head = [key for key in missing if key not in encoder]
+    new = [key for key in missing if not isinstance(new_head, bool) and any(part in key for part in new_head)]
+    encoder = [key for key in missing if key not in new and (key == prefix or key.startswith(prefix + "."))]
+    head = [key for key in missing if key not in encoder and key not in new]
     if encoder:
         raise UserError(f"the weights of {name_or_path!r} ({flag}) do not fit a {name} of their config: "
                         f"{len(encoder)} weights of its encoder are missing ({', '.join(encoder[:5])}"
                         f"{', ...' if len(encoder) > 5 else ''}). {FIT_ADVICE}")
-    if head and not new_head:
+    if head and new_head is not True:
         holds = model.config.architectures or ["model"]
         head_layers = sorted({key.split(".")[0] for key in head})  # The same names from either kind of weights.
         raise UserError(f"{name_or_path!r} ({flag}) holds a {', '.join(holds)} without the head of a {name}: its "
@@ -313,6 +343,8 @@ def check_loaded_weights(model, name_or_path, flag, missing, unexpected, new_hea
                        ", ".join(sorted(unexpected)[:10]))
     if head:
         logger.info("A new %s head, from random weights: %s", name, ", ".join(head))
+    if new:
+        logger.warning("%s has no %s: a %s starts them from random weights.", name_or_path, ", ".join(new), name)
 
 
 def unique_weights(*models):

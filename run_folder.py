@@ -14,6 +14,7 @@ says why).
 """
 
 import atexit
+import copy
 import contextlib
 import json
 import logging
@@ -282,18 +283,17 @@ def refuse_another_model(output_dir, step, config, generator_config, objective, 
             "another --output_dir.")
 
 
-def save_checkpoints_config(output_dir, config, tokenizer, generator_config=None):
+def save_checkpoints_config(output_dir, networks, tokenizer):
     """The config and tokenizer beside the checkpoints: with them, export_model.py makes a model folder of any
-    checkpoint, while the run is still going or after it was interrupted. An ELECTRA run's generator config goes
-    into its generator/ folder: export_model.py then knows that the checkpoints hold an ELECTRA discriminator."""
-    from transformers import TF_MODEL_FOR_MASKED_LM_MAPPING
-
+    checkpoint, while the run is still going or after it was interrupted. The config of each of the trainer's
+    `networks` names its class (`architectures`): the model (a masked LM, with a pair head or not, or ELECTRA's
+    discriminator); an ELECTRA run's generator in its generator/ folder."""
     def write(folder):
-        config.save_pretrained(folder)
-        # The inputs of the masked LM that export_model.py builds of this config.
-        save_tokenizer(tokenizer, folder, TF_MODEL_FOR_MASKED_LM_MAPPING.get(type(config), None))
-        if generator_config is not None:
-            generator_config.save_pretrained(os.path.join(folder, ELECTRA_GENERATOR))
+        for name, network in networks.items():
+            config = copy.deepcopy(network.config)
+            config.architectures = [type(network).__name__.removeprefix("TF")]  # BertForPreTraining
+            config.save_pretrained(folder if name == "model" else os.path.join(folder, ELECTRA_GENERATOR))
+        save_tokenizer(tokenizer, folder, type(networks["model"]))  # The inputs of the model export_model.py builds.
 
     save_folder(os.path.join(output_dir, "checkpoints", "config"), write, "The checkpoints' config and tokenizer")
 

@@ -40,7 +40,7 @@ from devices import (Throughput, add_hardware_arguments, check_input_pipeline, c
 from models import (ARCHITECTURES, ELECTRA_GENERATOR, check_max_length, config_overrides, count_parameters,
                     load_config, load_pretrained_model, load_tokenizer, override_config,
                     refuse_a_tokenizer_not_the_models, save_model_folder, saved_generator, weights_fingerprint,
-                    write_model_card)
+                    with_typed_pairs, write_model_card)
 from shards import MIN_MAX_LENGTH, TOKEN_COUNTS_NAME, damaged_shards_named, find_shards, read_token_counts
 from utils import (UserError, fraction, non_negative_float, non_negative_int, positive_float, positive_int,
                    probability, save_folder, share)
@@ -50,7 +50,9 @@ logger = logging.getLogger("run_mlm")
 # The objectives on sentence pairs, and the architectures whose 🤗 TF…ForPreTraining has a pair head beside its LM
 # head: BERT's for next-sentence prediction, ALBERT's for sentence-order prediction (both two-way: either trains).
 PAIR_OBJECTIVES = {"nsp": "next-sentence prediction", "sop": "sentence-order prediction"}
-PAIR_ARCHITECTURES = {"albert": "AlbertForPreTraining", "bert": "BertForPreTraining"}
+PAIR_ARCHITECTURES = ("albert", "bert")
+# The weights that a model continued on pairs may lack, a masked LM's: they start anew (TensorFlow's names, PyTorch's).
+PAIR_HEAD_LAYERS = ("pooler", "nsp___cls", "seq_relationship", "sop_classifier")
 
 
 def main(args):
@@ -79,6 +81,8 @@ def main(args):
     eval_files, eval_sizes = find_shards(args.eval_dataset, args.max_length, tokenizer, args.tokenizer) \
         if args.eval_dataset else ([], [])
     config = model_config(args, tokenizer)
+    if args.objective in PAIR_OBJECTIVES and config.type_vocab_size > 1:  # Saved with the model, for fine-tuning.
+        tokenizer = with_typed_pairs(tokenizer)
     generator = generator_config(args, config) if args.objective == "electra" else None
     plan = plan_training(args, strategy, train_sizes, eval_sizes)
     if on_tpu:
@@ -89,11 +93,11 @@ def main(args):
     results = ResultsFile(args.output_dir, is_chief, args.overwrite)
     if not check_where_the_run_starts(args, plan, results, is_chief, config, generator):
         return
-    if is_chief:
-        save_checkpoints_config(args.output_dir, config, tokenizer, generator)
     with strategy.scope():  # Every variable (weights, optimizer slots) is created on every replica.
         trainer, learning_rate = build_trainer(args, config, tokenizer, plan, jit_compile, train_files, generator)
         checkpoints = restore_last_checkpoint(args, trainer, is_chief)
+    if is_chief:
+        save_checkpoints_config(args.output_dir, trainer.networks, tokenizer)
     start_step = int(trainer.optimizer.iterations.numpy())
     throughput = Throughput.of(args, config, plan, strategy, on_tpu, generator)
     logger.info("Model: %s with %.1fM parameters, %.4g MFLOP per token to train (LM head at %s); %s",
@@ -248,9 +252,6 @@ def model_config(args, tokenizer):
                             f"have for {' and '.join(PAIR_ARCHITECTURES)} only, but {start or args.pretrained_model_config!r} "
                             f"is a {config.model_type} config. Pass a BERT or ALBERT config (configs/bert-base.json), "
                             "or train a masked LM (--objective mlm).")
-        config.architectures = [PAIR_ARCHITECTURES[config.model_type]]  # Beside the checkpoints: export_model.py.
-    elif args.objective == "mlm" and any(name.endswith("ForPreTraining") for name in config.architectures or []):
-        config.architectures = None  # A masked LM's checkpoints hold no pair head (export_model.py).
     if config.model_type not in ARCHITECTURES:
         logger.warning("%s is not among the architectures tested with this pipeline (README, \"Architectures\"): it "
                        "may fail at its first step, and it gets no PyTorch copy.", config.model_type)
@@ -316,8 +317,9 @@ def build_trainer(args, config, tokenizer, plan, jit_compile, train_files, gener
     from masked_lm import MaskedLMTrainer, SentencePairTrainer, frequency_log_probs, start_from_token_frequencies
 
     def start(model_class, model_config, weights_from):
-        if weights_from:
-            return load_pretrained_model(model_class, weights_from, "--model_name_or_path", model_config)
+        if weights_from:  # On pairs, a masked LM continues with a new pooler and pair head.
+            return load_pretrained_model(model_class, weights_from, "--model_name_or_path", model_config,
+                                         new_head=PAIR_HEAD_LAYERS if args.objective in PAIR_OBJECTIVES else False)
         model = model_class.from_config(model_config)
         model.build_in_name_scope()  # The weights now, with the names that save_pretrained expects.
         return model

@@ -14,6 +14,7 @@ from transformers import AlbertConfig, AutoTokenizer, BertConfig, TFAutoModelFor
 
 from helpers import MAX_LENGTH, REPO, run_main, tiny_mlm_args
 from masked_lm import SentencePairTrainer, make_pairs, mask_tokens, pair_template
+from models import with_typed_pairs
 
 BANKING77 = REPO / "tests" / "data" / "banking77"
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
@@ -65,13 +66,20 @@ def test_a_pair_is_a_sample_cut_in_two_in_the_tokenizers_layout_half_of_them_cha
 
 
 @pytest.mark.fast
-def test_the_pair_template_is_the_tokenizers_own(tokenizer_dir):
+def test_the_pair_template_is_the_tokenizers_own_its_second_text_typed_for_models_with_token_types(tokenizer_dir):
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     assert pair_template(tokenizer) == ([0, -1, 2, 2, -1, 2], [0] * 6)
     # The pair as the tokenizer encodes it, and as make_pairs lays out a sample cut after its second token.
     texts = tokenizer("The game", "was released"), tokenizer("The game was released")
     ids = texts[1]["input_ids"][1:-1]
     assert texts[0]["input_ids"] == [0, *ids[:2], 2, 2, *ids[2:], 2]
+    # For BERT and ALBERT, B and the separators from the second on are of type 1, as in BERT's own tokenizers; single
+    # texts as before, and a tokenizer typed already is kept.
+    typed = with_typed_pairs(tokenizer)
+    assert pair_template(typed) == ([0, -1, 2, 2, -1, 2], [0, 0, 0, 1, 1, 1])
+    assert typed("The game", "was released")["token_type_ids"] == [0] * 4 + [1] * 5
+    assert typed("The game was released")["input_ids"] == texts[1]["input_ids"]
+    assert with_typed_pairs(typed) is typed and tokenizer("a", "b")["token_type_ids"] == [0] * 6
 
 
 def tiny_pair_model(config_class, **overrides):
@@ -142,6 +150,9 @@ def test_a_bert_run_with_next_sentence_prediction_resumes_saves_exports_continue
     assert final["loss"] == pytest.approx(final["masked_lm_loss"] + final["pair_loss"], rel=0.05)
     assert 0 < final["pair_accuracy"] < 1
     assert "next-sentence prediction" in (model_dir / "README.md").read_text()
+    # Its tokenizer, and that beside its checkpoints, type pairs as pre-training did: B of type 1.
+    for folder in (model_dir, model_dir / "checkpoints" / "config"):
+        assert AutoTokenizer.from_pretrained(folder)("a", "b")["token_type_ids"][-2:] == [1, 1]
 
     # Resumed with the other pair objective, or as a masked LM, it is refused before anything is built.
     for objective in ("sop", "mlm"):
@@ -168,6 +179,20 @@ def test_a_bert_run_with_next_sentence_prediction_resumes_saves_exports_continue
              "--no_tpu", "--output_dir", continued)
     assert json.loads((continued / "training_results.json").read_text())["step_0_eval"] == \
         pytest.approx(final, rel=1e-4)
+    # A masked LM continues on pairs with a new pooler and pair head, said in a warning.
+    from transformers import TFBertForMaskedLM
+
+    from models import save_model_folder
+
+    masked_lm = TFBertForMaskedLM(BertConfig.from_pretrained(model_dir))
+    masked_lm.build_in_name_scope()
+    save_model_folder(masked_lm, AutoTokenizer.from_pretrained(tokenizer_dir), str(tmp_path / "masked-lm"))
+    result = run_main("run_mlm.py", "--model_name_or_path", tmp_path / "masked-lm", "--objective", "sop",
+                      "--train_dataset", shards_dir / "train", "--max_length", MAX_LENGTH, "--max_steps", 1,
+                      "--warmup_steps", 0, "--input_check_seconds", 0, "--no_tpu", "--output_dir", tmp_path / "sop")
+    assert "masked-lm has no nsp___cls, bert/pooler/dense/kernel:0, bert/pooler/dense/bias:0: a TFBertForPreTraining " \
+           "starts them from random weights" in result.stderr
+    assert json.loads((tmp_path / "sop" / "config.json").read_text())["architectures"] == ["BertForPreTraining"]
 
     # Fine-tuning starts from the pooler it learned.
     classifier_dir = tmp_path / "classifier"
