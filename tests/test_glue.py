@@ -417,3 +417,96 @@ def test_the_glue_benchmark_passes_fine_tuning_flags_on_and_refuses_those_it_set
         with pytest.raises(SystemExit):
             parse_args()
         assert f"error: {flag.split('=')[0]} is set for each run by this benchmark" in capsys.readouterr().err
+    # A model must be named, but for the table alone (of the runs there, and the baselines).
+    monkeypatch.setattr(sys, "argv", ["glue.py", "--glue_dir", "glue", "--output_dir", "runs"])
+    with pytest.raises(SystemExit):
+        parse_args()
+    assert "error: name the model to fine-tune: --model NAME=FOLDER" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "argv", ["glue.py", "--glue_dir", "glue", "--output_dir", "runs", "--summary_only"])
+    assert parse_args().models == {}
+
+
+def words_task_folder(folder, task_name, make_row, sizes=(("train", 200), ("dev", 60))):
+    """A GLUE task folder of made-up rows, make_row(random generator, row number): text, (text pair,) label."""
+    import random
+
+    task = GLUE_TASKS[task_name]
+    columns = [column for column in (task.text_column, task.text_pair_column, task.label_column) if column]
+    rng = random.Random(0)
+    for split, size in sizes:
+        write_tsv(folder / f"{split}.tsv", columns, [make_row(rng, i) for i in range(size)])
+    return folder
+
+
+@pytest.mark.fast
+def test_the_glue_benchmarks_lexical_baseline_learns_the_words_that_decide_a_label(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from glue import lexical_baseline
+
+    filler = [f"filler{i}" for i in range(100)]
+    cues = {"1": ["splendid", "moving", "witty"], "0": ["tedious", "clumsy", "bland"]}
+
+    def review(rng, i):  # Six words of filler, one of them a cue of the label.
+        label = str(i % 2)
+        words = rng.sample(filler, 6)
+        words[rng.randrange(6)] = rng.choice(cues[label])
+        return " ".join(words), label
+
+    sst2 = words_task_folder(tmp_path / "SST-2", "sst2", review)
+    assert lexical_baseline(str(sst2), "sst2") == {"accuracy": 1.0, "score": 1.0}  # The majority class: 0.5.
+    # The same sentences under labels drawn at random, unrelated to the words: chance, not a model of the cues.
+    shuffled = words_task_folder(tmp_path / "shuffled", "sst2", lambda rng, i: (review(rng, i)[0], rng.choice("01")))
+    assert lexical_baseline(str(shuffled), "sst2")["accuracy"] < 0.7
+
+
+@pytest.mark.fast
+def test_the_glue_benchmarks_lexical_baseline_reads_a_pairs_overlap(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from glue import lexical_baseline
+
+    vocabulary = [f"word{i}" for i in range(300)]
+
+    def pair(rng, kept):  # A sentence of 8 words, and one that keeps `kept` of them, in order, and draws the rest.
+        first = rng.sample(vocabulary, 8)
+        second = [word if i < kept else rng.choice(vocabulary) for i, word in enumerate(first)]
+        return " ".join(first), " ".join(second)
+
+    def paraphrase(rng, i):  # A paraphrase keeps all but one word; the other pairs share at most two.
+        label = i % 3 != 0
+        return (*pair(rng, 7 if label else rng.randrange(3)), int(label))
+
+    mrpc = lexical_baseline(str(words_task_folder(tmp_path / "MRPC", "mrpc", paraphrase)), "mrpc")
+    assert mrpc["accuracy"] == 1.0 and mrpc["f1"] == 1.0  # The majority class: 2/3 accuracy.
+
+    def similar(rng, i):  # Similarity from 0 to 5: the share of the first sentence's words that the second keeps.
+        kept = rng.randrange(9)
+        return (*pair(rng, kept), 5 * kept / 8)
+
+    stsb = lexical_baseline(str(words_task_folder(tmp_path / "STS-B", "stsb", similar)), "stsb")
+    assert stsb["pearson"] > 0.95 and stsb["spearman"] > 0.95
+
+
+def lexical_row(table):
+    """The cells of the lexical baseline's row in glue.py's table."""
+    return [cell.strip() for cell in next(line for line in table.splitlines()
+                                          if line.startswith("| lexical")).split("|")[2:-1]]
+
+
+@pytest.mark.fast
+def test_the_glue_benchmarks_table_gives_the_lexical_baseline_of_every_task_the_same_each_time(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from glue import lexical_baseline
+
+    # Without --model: no run, the baselines alone.
+    tables = [run_main("benchmarks/glue.py", "--glue_dir", GLUE, "--summary_only", "--sst2_train_examples", 40,
+                       "--output_dir", tmp_path / f"runs-{i}").stdout for i in range(2)]
+    assert lexical_row(tables[0]) == lexical_row(tables[1])  # Deterministic.
+    lines = tables[0].splitlines()
+    assert lines.index(next(line for line in lines if line.startswith("| majority class"))) + 1 == lines.index(
+        next(line for line in lines if line.startswith("| lexical")))
+    # Each task's metrics as lexical_baseline gives them, and the mean of the tasks' scores.
+    metrics = {task_name: lexical_baseline(str(GLUE / folder), task_name) for task_name, folder in FOLDERS.items()}
+    assert lexical_row(tables[0]) == [
+        *(" / ".join(f"{100 * metrics[task][name]:.1f}" for name in GLUE_TASKS[task].metrics) for task in FOLDERS),
+        f"{100 * np.mean([task_metrics['score'] for task_metrics in metrics.values()]):.1f}"]
+
