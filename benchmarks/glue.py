@@ -11,7 +11,7 @@ average, as GLUE does. SST-2's 67,349 training sentences would take most of the 
 drawn once with seed 0, train it. Beside them: the majority class (the trivial baseline, whose score
 run_classification.py reports), a lexical baseline (scikit-learn's linear models on the words alone, fitted on all
 of SST-2 in seconds: lexical_baseline) and BERT-Tiny's published scores, which are on GLUE's test set, not its dev
-sets.
+sets. Every task's files, and every model's folder, are checked before the first run.
 
 The flags it does not know go to every run of run_classification.py: fine-tuning as you would (--head_epochs,
 --config_overrides with dropout), for every model and random weights alike.
@@ -46,7 +46,7 @@ from sklearn.pipeline import make_pipeline
 
 from common import REPO, describe_machine, load_average, print_table
 import tasks
-from utils import UserError, positive_int
+from utils import UserError, exists, positive_int
 
 # The five tasks: GLUE's folder, the tokens per example (where 99 % of the training examples fit with the demo's
 # tokenizer; RTE's premises run longer, cut at BERT's 128), and the columns of the table.
@@ -93,6 +93,8 @@ def parse_args():
     if not args.model and not args.summary_only:
         parser.error("name the model to fine-tune: --model NAME=FOLDER (or --summary_only, for the table of the runs "
                      "in --output_dir and the baselines).")
+    if unnamed := [model for model in args.model if "=" not in model]:
+        parser.error(f"--model {unnamed[0]}: give it as NAME=FOLDER, NAME its row's name in the table.")
     args.models = dict(model.split("=", 1) for model in args.model)
     return args
 
@@ -102,6 +104,25 @@ def read_splits(data_dir, task_name, task=None):
     definition of its files than GLUE's (tasks.GLUE_TASKS)."""
     flags = types.SimpleNamespace(task_name=task_name, data_dir=data_dir, train_file=None)
     return tasks.load_splits(flags, task or tasks.GLUE_TASKS[task_name])
+
+
+def check_inputs(args):
+    """Refuses, before the first run, a task's file missing from --glue_dir or a --model folder without a model:
+    each run finds out only when it starts, after the runs before it (20 minutes and more of them)."""
+    missing = {task_name: [os.path.join(TASKS[task_name][0], file) for _, file in tasks.GLUE_TASKS[task_name].files
+                           if not os.path.isfile(os.path.join(args.glue_dir, TASKS[task_name][0], file))]
+               for task_name in args.tasks}
+    if any(missing.values()):
+        complete = [task_name for task_name, files in missing.items() if not files]
+        raise UserError(f"--glue_dir {args.glue_dir} has no {', '.join(sum(missing.values(), []))}: it must hold "
+                        "GLUE's task folders as GLUE's download script writes them (CoLA/train.tsv, CoLA/dev.tsv, "
+                        "...). Add the missing files" + (f", or leave their tasks out: --tasks {' '.join(complete)}"
+                                                         if complete else "") + ".")
+    if not args.summary_only:
+        for name, folder in args.models.items():
+            if not exists(os.path.join(folder, "config.json")):
+                raise UserError(f"--model {name}={folder}: {folder} holds no model (no config.json). Pass the folder "
+                                "that run_mlm.py saved (its --output_dir) or that export_model.py wrote.")
 
 
 class PairOverlap(TransformerMixin, BaseEstimator):
@@ -231,11 +252,13 @@ def mean_and_sd(values):
 
 
 def main(args):
+    check_inputs(args)
     os.makedirs(args.output_dir, exist_ok=True)
-    data_dirs = {task_name: os.path.join(args.glue_dir, folder) for task_name, (folder, _, _) in TASKS.items()}
+    data_dirs = {task_name: os.path.join(args.glue_dir, TASKS[task_name][0]) for task_name in args.tasks}
     # The lexical baseline before the runs, on all of SST-2 (seconds): a task that cannot be read fails here.
-    lexical = {task_name: lexical_baseline(data_dirs[task_name], task_name) for task_name in args.tasks}
-    data_dirs["sst2"] = sst2_subset(args.glue_dir, args.output_dir, args.sst2_train_examples)
+    lexical = {task_name: lexical_baseline(data_dir, task_name) for task_name, data_dir in data_dirs.items()}
+    if "sst2" in args.tasks:
+        data_dirs["sst2"] = sst2_subset(args.glue_dir, args.output_dir, args.sst2_train_examples)
     arms = [*args.models, FROM_SCRATCH]
     print(describe_machine())
     print(f"{args.models}; learning rates {args.learning_rates}, seeds {args.seeds}, {args.num_epochs} epochs, "

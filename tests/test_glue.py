@@ -417,11 +417,13 @@ def test_the_glue_benchmark_passes_fine_tuning_flags_on_and_refuses_those_it_set
         with pytest.raises(SystemExit):
             parse_args()
         assert f"error: {flag.split('=')[0]} is set for each run by this benchmark" in capsys.readouterr().err
-    # A model must be named, but for the table alone (of the runs there, and the baselines).
-    monkeypatch.setattr(sys, "argv", ["glue.py", "--glue_dir", "glue", "--output_dir", "runs"])
-    with pytest.raises(SystemExit):
-        parse_args()
-    assert "error: name the model to fine-tune: --model NAME=FOLDER" in capsys.readouterr().err
+    # A model must be named, as NAME=FOLDER (but for the table alone: of the runs there, and the baselines).
+    for models, message in (([], "error: name the model to fine-tune: --model NAME=FOLDER"),
+                            (["--model", "folder"], "error: --model folder: give it as NAME=FOLDER")):
+        monkeypatch.setattr(sys, "argv", ["glue.py", "--glue_dir", "glue", "--output_dir", "runs", *models])
+        with pytest.raises(SystemExit):
+            parse_args()
+        assert message in capsys.readouterr().err
     monkeypatch.setattr(sys, "argv", ["glue.py", "--glue_dir", "glue", "--output_dir", "runs", "--summary_only"])
     assert parse_args().models == {}
 
@@ -510,3 +512,43 @@ def test_the_glue_benchmarks_table_gives_the_lexical_baseline_of_every_task_the_
         *(" / ".join(f"{100 * metrics[task][name]:.1f}" for name in GLUE_TASKS[task].metrics) for task in FOLDERS),
         f"{100 * np.mean([task_metrics['score'] for task_metrics in metrics.values()]):.1f}"]
 
+
+@pytest.mark.fast
+def test_the_glue_benchmark_checks_every_tasks_files_and_model_before_the_first_run(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import glue
+
+    started = []
+
+    def run(args, arm, task_name, learning_rate, seed, data_dir):  # No fine-tuning: a record of it, and a score.
+        started.append((arm, task_name, learning_rate))
+        metrics = dict.fromkeys([*GLUE_TASKS[task_name].metrics, "score"], 0.5)
+        return {"validation": {**metrics, "majority_class_score": 0.0}}, 60.0
+
+    monkeypatch.setattr(glue, "run", run)
+    glue_dir, model = tmp_path / "glue", tmp_path / "model"
+    shutil.copytree(GLUE, glue_dir)
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    # RTE, the last task, lacks its training file and MRPC its folder: said at once, before any run.
+    (glue_dir / "RTE" / "train.tsv").unlink()
+    shutil.rmtree(glue_dir / "MRPC")
+    flags = ["--glue_dir", glue_dir, "--sst2_train_examples", 40, "--output_dir", tmp_path / "runs"]
+    result = run_main("benchmarks/glue.py", *flags, "--model", f"a model={model}", expect_failure=True)
+    assert result.stderr.splitlines()[-1] == (
+        f"error: --glue_dir {glue_dir} has no MRPC/train.tsv, MRPC/dev.tsv, RTE/train.tsv: it must hold GLUE's task "
+        "folders as GLUE's download script writes them (CoLA/train.tsv, CoLA/dev.tsv, ...). Add the missing files, or "
+        "leave their tasks out: --tasks cola sst2 stsb.")
+    assert not started and not (tmp_path / "runs").exists()
+    # The tasks that are there run (SST-2, not asked for, is not needed), and a model folder without a model is
+    # refused before them.
+    shutil.rmtree(glue_dir / "SST-2")
+    result = run_main("benchmarks/glue.py", *flags, "--tasks", "cola", "--model", f"a model={model}",
+                      "--model", f"other={tmp_path}", expect_failure=True)
+    assert result.stderr.splitlines()[-1] == (
+        f"error: --model other={tmp_path}: {tmp_path} holds no model (no config.json). Pass the folder that "
+        "run_mlm.py saved (its --output_dir) or that export_model.py wrote.")
+    assert not started
+    result = run_main("benchmarks/glue.py", *flags, "--tasks", "cola", "--seeds", 1, "--model", f"a model={model}")
+    assert started == [("a model", "cola", 1e-3), ("random weights", "cola", 1e-3)]
+    assert "| a model " in result.stdout and "| 50.0 ± 0.0 (0.001, 1 seeds) |" in result.stdout
