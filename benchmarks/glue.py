@@ -11,7 +11,7 @@ average, as GLUE does. SST-2's 67,349 training sentences would take most of the 
 drawn once with seed 0, train it. Beside them: the majority class (the trivial baseline, whose score
 run_classification.py reports), a lexical baseline (scikit-learn's linear models on the words alone, fitted on all
 of SST-2 in seconds: lexical_baseline) and BERT-Tiny's published scores, which are on GLUE's test set, not its dev
-sets. Every task's files, and every model's folder, are checked before the first run.
+sets. Every task's files, every model's folder and every kept run are checked before the first run.
 
 The flags it does not know go to every run of run_classification.py: fine-tuning as you would (--head_epochs,
 --config_overrides with dropout), for every model and random weights alike.
@@ -203,9 +203,15 @@ def sst2_subset(glue_dir, output_dir, size):
     return folder
 
 
+def run_folder(args, arm, task_name, learning_rate, seed):
+    """A run's folder in --output_dir: its name says the model, task, rate and seed."""
+    return os.path.join(args.output_dir, f"{arm.replace(' ', '-')}-{task_name}-lr{learning_rate:g}-seed{seed}")
+
+
 def run(args, arm, task_name, learning_rate, seed, data_dir):
-    """One run_classification.py run, unless its results are there: (its eval_results.json, seconds it took)."""
-    folder = os.path.join(args.output_dir, f"{arm.replace(' ', '-')}-{task_name}-lr{learning_rate:g}-seed{seed}")
+    """One run_classification.py run, unless its results are there (check_kept_run has checked them): (its
+    eval_results.json, seconds it took)."""
+    folder = run_folder(args, arm, task_name, learning_rate, seed)
     results_file = os.path.join(folder, "eval_results.json")
     kept = os.path.exists(results_file)
     if not kept:
@@ -225,17 +231,17 @@ def run(args, arm, task_name, learning_rate, seed, data_dir):
             f.write(f"{time.perf_counter() - start:.1f}\n")
     with open(results_file) as f, open(os.path.join(folder, "seconds.txt")) as seconds:
         results, run_seconds = json.load(f), float(seconds.read())
-    if kept:
-        check_kept_run(args, task_name, folder, results)
-    else:
+    if not kept:
         print(f"{arm}, {task_name}, learning rate {learning_rate:g}, seed {seed}: {results['validation']['score']:.4f}",
               flush=True)
     return results, run_seconds
 
 
-def check_kept_run(args, task_name, folder, results):
+def check_kept_run(args, task_name, folder):
     """Refuses a kept run made with other flags than asked: it would enter the table silently, as its folder's name
     says only the model, task, rate and seed."""
+    with open(os.path.join(folder, "eval_results.json")) as f:
+        results = json.load(f)
     made_with = {"--num_epochs": (results["num_epochs"], args.num_epochs),
                  "--per_replica_batch_size": (results["global_batch_size"] // results["num_replicas"],
                                               args.per_replica_batch_size)}
@@ -267,10 +273,12 @@ def main(args):
     # The first learning rate for every model and task first: a benchmark stopped early has a whole table of it.
     plan = [(arm, task_name, learning_rate, seed) for learning_rate in args.learning_rates for seed in args.seeds
             for task_name in args.tasks for arm in arms]
-    results = {}
+    kept = [key for key in plan if os.path.exists(os.path.join(run_folder(args, *key), "eval_results.json"))]
+    for key in kept:  # Each before the first run, not when its turn comes.
+        check_kept_run(args, key[1], run_folder(args, *key))
     if args.summary_only:
-        plan = [key for key in plan if os.path.exists(os.path.join(
-            args.output_dir, f"{key[0].replace(' ', '-')}-{key[1]}-lr{key[2]:g}-seed{key[3]}", "eval_results.json"))]
+        plan = kept
+    results = {}
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         futures = {key: pool.submit(run, args, *key, data_dirs[key[1]]) for key in plan}
         for key, future in futures.items():

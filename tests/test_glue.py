@@ -377,7 +377,7 @@ def test_the_glue_benchmarks_sst2_subset_refuses_a_missing_file_and_more_sentenc
 @pytest.mark.fast
 def test_the_glue_benchmark_keeps_a_run_only_if_it_was_made_with_the_flags_asked(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    from glue import run
+    from glue import check_kept_run, run
     from utils import UserError
 
     kept = {"num_epochs": 3, "global_batch_size": 64, "num_replicas": 2, "train_examples": 4000,
@@ -394,13 +394,13 @@ def test_the_glue_benchmark_keeps_a_run_only_if_it_was_made_with_the_flags_asked
         asked = argparse.Namespace(**{**vars(args), flag: value})
         with pytest.raises(UserError, match=rf"a-model-sst2-lr0.001-seed1 was made with --{flag} "
                                             rf"{getattr(args, flag)} \(asked now: {value}\)\. Give each setting"):
-            run(asked, "a model", "sst2", 1e-3, 1, "no data read")
+            check_kept_run(asked, "sst2", str(tmp_path / "a-model-sst2-lr0.001-seed1"))
     # SST-2's size is no other task's, and a few-shot run (--examples_per_label, passed on) trains on fewer.
-    assert run(argparse.Namespace(**{**vars(args), "sst2_train_examples": 67349}), "a model", "rte", 1e-3, 1,
-               "no data read") == (kept, 12.5)
+    check_kept_run(argparse.Namespace(**{**vars(args), "sst2_train_examples": 67349}), "rte",
+                   str(tmp_path / "a-model-rte-lr0.001-seed1"))
     few_shot = {**kept, "train_examples": 20, "examples_per_label": 10}
     (tmp_path / "a-model-sst2-lr0.001-seed1" / "eval_results.json").write_text(json.dumps(few_shot))
-    assert run(args, "a model", "sst2", 1e-3, 1, "no data read") == (few_shot, 12.5)
+    check_kept_run(args, "sst2", str(tmp_path / "a-model-sst2-lr0.001-seed1"))
 
 
 @pytest.mark.fast
@@ -548,6 +548,16 @@ def test_the_glue_benchmark_checks_every_tasks_files_and_model_before_the_first_
     assert result.stderr.splitlines()[-1] == (
         f"error: --model other={tmp_path}: {tmp_path} holds no model (no config.json). Pass the folder that "
         "run_mlm.py saved (its --output_dir) or that export_model.py wrote.")
+    assert not started
+    # A run kept from other flags, the plan's last (seed 3), is refused before the first run too.
+    kept = tmp_path / "runs" / "a-model-cola-lr0.001-seed3"
+    kept.mkdir(parents=True)
+    (kept / "eval_results.json").write_text(json.dumps({"num_epochs": 5, "global_batch_size": 32, "num_replicas": 1}))
+    result = run_main("benchmarks/glue.py", *flags, "--tasks", "cola", "--model", f"a model={model}",
+                      expect_failure=True)
+    assert result.stderr.splitlines()[-1] == (
+        f"error: the run kept in {kept} was made with --num_epochs 5 (asked now: 3). Give each setting of the flags "
+        "its own --output_dir.")
     assert not started
     result = run_main("benchmarks/glue.py", *flags, "--tasks", "cola", "--seeds", 1, "--model", f"a model={model}")
     assert started == [("a model", "cola", 1e-3), ("random weights", "cola", 1e-3)]
