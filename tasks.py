@@ -5,7 +5,8 @@
 - GLUE_TASKS: GLUE's nine tasks in one table, their files as GLUE's download script writes them (the convention of
   BERT's run_classifier.py processors and of 🤗's run_glue.py --task_name);
 - load_splits: each split's examples from CSV, TSV, JSON-lines or Parquet files, a GLUE folder or a Hub dataset;
-- stratified_split, sample_per_label, encode: the validation split, the few-shot sample, the model's inputs;
+- stratified_split, sample_per_label, encode, targets_of: the validation split, the few-shot sample, the model's
+  inputs and targets;
 - score_predictions, classification_diagnostics, write_predictions: metrics and predictions, for eval_results.json
   and the files beside it.
 🤗 Datasets, scikit-learn and SciPy are imported in the functions that use them: run_classification.py --help
@@ -287,17 +288,21 @@ def sample_per_label(labels, examples_per_label, seed):
 def encode(tokenizer, examples, label_names, max_length):
     """(features, targets): the tokenizer's inputs for the model, every text (or pair, with the tokenizer's
     separators between its two texts, the longer cut first) padded or cut to max_length, one shape for XLA; the
-    label ids, or a regression's numbers (zeros for data without labels)."""
+    targets_of the examples."""
     features = tokenizer(examples.texts, examples.text_pairs, padding="max_length", truncation=True,
                          max_length=max_length, return_tensors="np")
+    return dict(features), targets_of(examples, label_names)
+
+
+def targets_of(examples, label_names):
+    """What a model learns and is scored against: the label ids (positions in `label_names`), or a regression's
+    numbers (`label_names` None); zeros for data without labels."""
     if examples.labels is None:
-        targets = np.zeros(len(examples), np.float32 if label_names is None else np.int32)
-    elif label_names is None:
-        targets = np.array(examples.labels, dtype=np.float32)
-    else:
-        label2id = {label: i for i, label in enumerate(label_names)}
-        targets = np.array([label2id[label] for label in examples.labels], dtype=np.int32)
-    return dict(features), targets
+        return np.zeros(len(examples), np.float32 if label_names is None else np.int32)
+    if label_names is None:
+        return np.array(examples.labels, dtype=np.float32)
+    label2id = {label: i for i, label in enumerate(label_names)}
+    return np.array([label2id[label] for label in examples.labels], dtype=np.int32)
 
 
 # ----------------------------------------------------------------------------------------------------------------

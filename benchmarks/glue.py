@@ -9,7 +9,9 @@ score is kept (the usual way of reporting GLUE's dev sets, and Turc et al.'s for
 and the table gives the mean ± sd over the seeds there; MRPC and STS-B count the mean of their two metrics in the
 average, as GLUE does. SST-2's 67,349 training sentences would take most of the time: --sst2_train_examples of them,
 drawn once with seed 0, train it. Beside them: the majority class (the trivial baseline, whose score
-run_classification.py reports) and BERT-Tiny's published scores, which are on GLUE's test set, not its dev sets.
+run_classification.py reports), a lexical baseline (scikit-learn's linear models on the words alone, fitted on all
+of SST-2 in seconds: lexical_baseline) and BERT-Tiny's published scores, which are on GLUE's test set, not its dev
+sets. Every task's files, every model's folder and every kept run are checked before the first run.
 
 The flags it does not know go to every run of run_classification.py: fine-tuning as you would (--head_epochs,
 --config_overrides with dropout), for every model and random weights alike.
@@ -17,7 +19,7 @@ The flags it does not know go to every run of run_classification.py: fine-tuning
 Each run's folder stays in --output_dir; a run whose eval_results.json is there is not run again: stopped, the
 benchmark goes on where it was, and --summary_only prints the table of what is there. Give each setting of the flags
 its own --output_dir: a kept run made with another --num_epochs, batch size or SST-2 size is refused, but the flags
-passed on are not checked.
+passed on are not checked. Without --model, --summary_only prints the baselines alone.
 
     python benchmarks/glue.py --glue_dir ../shared/data/glue --model "masked LM=demo-output/model" \\
         --output_dir glue-runs
@@ -28,6 +30,7 @@ import concurrent.futures
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -35,8 +38,15 @@ import sys
 import time
 import types
 
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.pipeline import make_pipeline
+
 from common import REPO, describe_machine, load_average, print_table
-from utils import UserError, positive_int
+import tasks
+from utils import UserError, exists, positive_int
 
 # The five tasks: GLUE's folder, the tokens per example (where 99 % of the training examples fit with the demo's
 # tokenizer; RTE's premises run longer, cut at BERT's 128), and the columns of the table.
@@ -57,8 +67,9 @@ SET_FOR_EACH_RUN = ("--model_name_or_path", "--task_name", "--data_dir", "--max_
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--glue_dir", required=True, help="A folder of GLUE's task folders (CoLA, SST-2, ...).")
-    parser.add_argument("--model", action="append", required=True, metavar="NAME=FOLDER",
-                        help="A pre-trained model and its name in the table; repeat for several.")
+    parser.add_argument("--model", action="append", default=[], metavar="NAME=FOLDER",
+                        help="A pre-trained model and its name in the table; repeat for several. Needed but with "
+                             "--summary_only.")
     parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS), help="(default: all five)")
     parser.add_argument("--learning_rates", type=float, nargs="+", default=[1e-3],
                         help="The grid: each model and task keeps the best (default: %(default)s, the demo's).")
@@ -79,6 +90,11 @@ def parse_args():
             parser.error(f"{name} is set for each run by this benchmark (the model, each task's data and length); "
                          "drop it. Its own flags: --learning_rates, --seeds, --tasks, --num_epochs, "
                          "--per_replica_batch_size.")
+    if not args.model and not args.summary_only:
+        parser.error("name the model to fine-tune: --model NAME=FOLDER (or --summary_only, for the table of the runs "
+                     "in --output_dir and the baselines).")
+    if unnamed := [model for model in args.model if "=" not in model]:
+        parser.error(f"--model {unnamed[0]}: give it as NAME=FOLDER, NAME its row's name in the table.")
     args.models = dict(model.split("=", 1) for model in args.model)
     return args
 
@@ -86,10 +102,84 @@ def parse_args():
 def read_splits(data_dir, task_name, task=None):
     """{split: tasks.Examples} of a task's folder, read as run_classification.py --task_name reads it; `task`: another
     definition of its files than GLUE's (tasks.GLUE_TASKS)."""
-    import tasks  # Here: the benchmark itself reads no data, its runs of run_classification.py do.
-
     flags = types.SimpleNamespace(task_name=task_name, data_dir=data_dir, train_file=None)
     return tasks.load_splits(flags, task or tasks.GLUE_TASKS[task_name])
+
+
+def check_inputs(args):
+    """Refuses, before the first run, a task's file missing from --glue_dir or a --model folder without a model:
+    each run finds out only when it starts, after the runs before it (20 minutes and more of them)."""
+    missing = {task_name: [os.path.join(TASKS[task_name][0], file) for _, file in tasks.GLUE_TASKS[task_name].files
+                           if not os.path.isfile(os.path.join(args.glue_dir, TASKS[task_name][0], file))]
+               for task_name in args.tasks}
+    if any(missing.values()):
+        complete = [task_name for task_name, files in missing.items() if not files]
+        raise UserError(f"--glue_dir {args.glue_dir} has no {', '.join(sum(missing.values(), []))}: it must hold "
+                        "GLUE's task folders as GLUE's download script writes them (CoLA/train.tsv, CoLA/dev.tsv, "
+                        "...). Add the missing files" + (f", or leave their tasks out: --tasks {' '.join(complete)}"
+                                                         if complete else "") + ".")
+    if not args.summary_only:
+        for name, folder in args.models.items():
+            if not exists(os.path.join(folder, "config.json")):
+                raise UserError(f"--model {name}={folder}: {folder} holds no model (no config.json). Pass the folder "
+                                "that run_mlm.py saved (its --output_dir) or that export_model.py wrote.")
+
+
+class PairOverlap(TransformerMixin, BaseEstimator):
+    """How much a pair's two texts overlap on the surface, as features for a linear model: the cosine of their word
+    TF-IDF vectors (fitted on the training texts, both sides of each pair: a shared rare word counts more than a
+    shared "the"), the Jaccard index of their sets of words and of word bigrams (which keep some of the order), the
+    ratio of the shorter's words to the longer's, and the Jaccard index of the numbers they hold (a paraphrase keeps
+    its figures). Fitted and applied to (text, text pair) tuples."""
+
+    def fit(self, pairs, targets=None):
+        self.tfidf_ = TfidfVectorizer().fit([text for pair in pairs for text in pair])
+        return self
+
+    def transform(self, pairs):
+        firsts, seconds = zip(*pairs)
+        # TF-IDF's rows have unit length: the sum of their products is the cosine.
+        cosines = self.tfidf_.transform(firsts).multiply(self.tfidf_.transform(seconds)).sum(axis=1).A1
+        words, bigrams = self.tfidf_.build_analyzer(), CountVectorizer(ngram_range=(2, 2)).build_analyzer()
+        rows = []
+        for first, second, cosine in zip(firsts, seconds, cosines):
+            first_words, second_words = words(first), words(second)
+            lengths = sorted([len(first_words), len(second_words)])
+            rows.append([cosine, jaccard(set(first_words), set(second_words)),
+                         jaccard(set(bigrams(first)), set(bigrams(second))), lengths[0] / max(lengths[1], 1),
+                         jaccard(set(NUMBER.findall(first)), set(NUMBER.findall(second)))])
+        return np.array(rows)
+
+
+NUMBER = re.compile(r"\d+(?:[.,]\d+)*")  # 3, 4.5, 1,200 (the tokenized texts split "$" and "%" off).
+
+
+def jaccard(first, second):
+    """|A ∩ B| / |A ∪ B|: 1 for two empty sets, which do not differ."""
+    return len(first & second) / len(first | second) if first | second else 1.0
+
+
+def lexical_baseline(data_dir, task_name):
+    """The dev-set metrics (tasks.score_predictions, as the runs are scored) of a model of the words alone, fitted on
+    the whole training set in seconds, nothing chosen on dev: what a task's surface gives away, which a pre-trained
+    model should beat. One sentence: word 1- and 2-gram TF-IDF into a logistic regression, its classes balanced (else
+    it rarely predicts CoLA's minority class, on which Matthews' correlation rests); a pair: its PairOverlap into a
+    logistic regression, or a ridge regression for STS-B's scores."""
+    task = tasks.GLUE_TASKS[task_name]
+    splits = read_splits(data_dir, task_name)
+    label_names = tasks.label_names_of(task, splits)
+    if task.text_pair_column is None:
+        model = make_pipeline(TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True),
+                              LogisticRegression(C=1, class_weight="balanced"))
+    else:
+        model = make_pipeline(PairOverlap(), Ridge() if task.regression else LogisticRegression(C=1))
+
+    def inputs(examples):  # Texts, or a pair's two texts as a tuple.
+        return examples.texts if examples.text_pairs is None else list(zip(examples.texts, examples.text_pairs))
+
+    train, dev = splits["train"], splits["validation"]
+    model.fit(inputs(train), tasks.targets_of(train, label_names))
+    return tasks.score_predictions(task, tasks.targets_of(dev, label_names), model.predict(inputs(dev)))
 
 
 def sst2_subset(glue_dir, output_dir, size):
@@ -113,9 +203,15 @@ def sst2_subset(glue_dir, output_dir, size):
     return folder
 
 
+def run_folder(args, arm, task_name, learning_rate, seed):
+    """A run's folder in --output_dir: its name says the model, task, rate and seed."""
+    return os.path.join(args.output_dir, f"{arm.replace(' ', '-')}-{task_name}-lr{learning_rate:g}-seed{seed}")
+
+
 def run(args, arm, task_name, learning_rate, seed, data_dir):
-    """One run_classification.py run, unless its results are there: (its eval_results.json, seconds it took)."""
-    folder = os.path.join(args.output_dir, f"{arm.replace(' ', '-')}-{task_name}-lr{learning_rate:g}-seed{seed}")
+    """One run_classification.py run, unless its results are there (check_kept_run has checked them): (its
+    eval_results.json, seconds it took)."""
+    folder = run_folder(args, arm, task_name, learning_rate, seed)
     results_file = os.path.join(folder, "eval_results.json")
     kept = os.path.exists(results_file)
     if not kept:
@@ -135,17 +231,17 @@ def run(args, arm, task_name, learning_rate, seed, data_dir):
             f.write(f"{time.perf_counter() - start:.1f}\n")
     with open(results_file) as f, open(os.path.join(folder, "seconds.txt")) as seconds:
         results, run_seconds = json.load(f), float(seconds.read())
-    if kept:
-        check_kept_run(args, task_name, folder, results)
-    else:
+    if not kept:
         print(f"{arm}, {task_name}, learning rate {learning_rate:g}, seed {seed}: {results['validation']['score']:.4f}",
               flush=True)
     return results, run_seconds
 
 
-def check_kept_run(args, task_name, folder, results):
+def check_kept_run(args, task_name, folder):
     """Refuses a kept run made with other flags than asked: it would enter the table silently, as its folder's name
     says only the model, task, rate and seed."""
+    with open(os.path.join(folder, "eval_results.json")) as f:
+        results = json.load(f)
     made_with = {"--num_epochs": (results["num_epochs"], args.num_epochs),
                  "--per_replica_batch_size": (results["global_batch_size"] // results["num_replicas"],
                                               args.per_replica_batch_size)}
@@ -162,9 +258,13 @@ def mean_and_sd(values):
 
 
 def main(args):
+    check_inputs(args)
     os.makedirs(args.output_dir, exist_ok=True)
-    data_dirs = {task_name: os.path.join(args.glue_dir, folder) for task_name, (folder, _, _) in TASKS.items()}
-    data_dirs["sst2"] = sst2_subset(args.glue_dir, args.output_dir, args.sst2_train_examples)
+    data_dirs = {task_name: os.path.join(args.glue_dir, TASKS[task_name][0]) for task_name in args.tasks}
+    # The lexical baseline before the runs, on all of SST-2 (seconds): a task that cannot be read fails here.
+    lexical = {task_name: lexical_baseline(data_dir, task_name) for task_name, data_dir in data_dirs.items()}
+    if "sst2" in args.tasks:
+        data_dirs["sst2"] = sst2_subset(args.glue_dir, args.output_dir, args.sst2_train_examples)
     arms = [*args.models, FROM_SCRATCH]
     print(describe_machine())
     print(f"{args.models}; learning rates {args.learning_rates}, seeds {args.seeds}, {args.num_epochs} epochs, "
@@ -173,19 +273,22 @@ def main(args):
     # The first learning rate for every model and task first: a benchmark stopped early has a whole table of it.
     plan = [(arm, task_name, learning_rate, seed) for learning_rate in args.learning_rates for seed in args.seeds
             for task_name in args.tasks for arm in arms]
-    results = {}
+    kept = [key for key in plan if os.path.exists(os.path.join(run_folder(args, *key), "eval_results.json"))]
+    for key in kept:  # Each before the first run, not when its turn comes.
+        check_kept_run(args, key[1], run_folder(args, *key))
     if args.summary_only:
-        plan = [key for key in plan if os.path.exists(os.path.join(
-            args.output_dir, f"{key[0].replace(' ', '-')}-{key[1]}-lr{key[2]:g}-seed{key[3]}", "eval_results.json"))]
+        plan = kept
+    results = {}
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         futures = {key: pool.submit(run, args, *key, data_dirs[key[1]]) for key in plan}
         for key, future in futures.items():
             results[key] = future.result()
-    print_summary(args, arms, results)
+    print_summary(args, arms, results, lexical)
 
 
-def print_summary(args, arms, results):
-    """The table: per model and task, the best learning rate's mean ± sd; the grid and the minutes below it."""
+def print_summary(args, arms, results, lexical):
+    """The table: per model and task, the best learning rate's mean ± sd, the baselines below (`lexical`: {task:
+    lexical_baseline's metrics}); the grid and the minutes below it."""
     rows, grid_rows, minutes = [], [], {}
     majority = {}
     for arm in arms:
@@ -212,8 +315,12 @@ def print_summary(args, arms, results):
                 for rate in sorted(by_rate)]
         row.append(f"{100 * statistics.mean(main_scores):.1f}" if len(main_scores) == len(args.tasks) else "")
         rows.append(row)
-    rows.append(["majority class (STS-B: the training mean)", *(f"{100 * majority[task]:.1f}" if task in majority else "" for task in args.tasks),
+    rows.append(["majority class (STS-B: the training mean)",
+                 *(f"{100 * majority[task]:.1f}" if task in majority else "" for task in args.tasks),
                  f"{100 * statistics.mean(majority.values()):.1f}" if len(majority) == len(args.tasks) else ""])
+    rows.append(["lexical: TF-IDF or word overlap, linear (all of SST-2)",
+                 *(" / ".join(f"{100 * lexical[task][name]:.1f}" for name in TASKS[task][2]) for task in args.tasks),
+                 f"{100 * statistics.mean(lexical[task]['score'] for task in args.tasks):.1f}"])
     rows.append(["BERT-Tiny (Turc et al., 2019; GLUE's test set)",
                  *(" / ".join(f"{score:.1f}" for score in BERT_TINY[task]) for task in args.tasks),
                  f"{statistics.mean(statistics.mean(BERT_TINY[task]) for task in args.tasks):.1f}"])

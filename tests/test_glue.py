@@ -377,7 +377,7 @@ def test_the_glue_benchmarks_sst2_subset_refuses_a_missing_file_and_more_sentenc
 @pytest.mark.fast
 def test_the_glue_benchmark_keeps_a_run_only_if_it_was_made_with_the_flags_asked(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    from glue import run
+    from glue import check_kept_run, run
     from utils import UserError
 
     kept = {"num_epochs": 3, "global_batch_size": 64, "num_replicas": 2, "train_examples": 4000,
@@ -394,13 +394,13 @@ def test_the_glue_benchmark_keeps_a_run_only_if_it_was_made_with_the_flags_asked
         asked = argparse.Namespace(**{**vars(args), flag: value})
         with pytest.raises(UserError, match=rf"a-model-sst2-lr0.001-seed1 was made with --{flag} "
                                             rf"{getattr(args, flag)} \(asked now: {value}\)\. Give each setting"):
-            run(asked, "a model", "sst2", 1e-3, 1, "no data read")
+            check_kept_run(asked, "sst2", str(tmp_path / "a-model-sst2-lr0.001-seed1"))
     # SST-2's size is no other task's, and a few-shot run (--examples_per_label, passed on) trains on fewer.
-    assert run(argparse.Namespace(**{**vars(args), "sst2_train_examples": 67349}), "a model", "rte", 1e-3, 1,
-               "no data read") == (kept, 12.5)
+    check_kept_run(argparse.Namespace(**{**vars(args), "sst2_train_examples": 67349}), "rte",
+                   str(tmp_path / "a-model-rte-lr0.001-seed1"))
     few_shot = {**kept, "train_examples": 20, "examples_per_label": 10}
     (tmp_path / "a-model-sst2-lr0.001-seed1" / "eval_results.json").write_text(json.dumps(few_shot))
-    assert run(args, "a model", "sst2", 1e-3, 1, "no data read") == (few_shot, 12.5)
+    check_kept_run(args, "sst2", str(tmp_path / "a-model-sst2-lr0.001-seed1"))
 
 
 @pytest.mark.fast
@@ -417,3 +417,148 @@ def test_the_glue_benchmark_passes_fine_tuning_flags_on_and_refuses_those_it_set
         with pytest.raises(SystemExit):
             parse_args()
         assert f"error: {flag.split('=')[0]} is set for each run by this benchmark" in capsys.readouterr().err
+    # A model must be named, as NAME=FOLDER (but for the table alone: of the runs there, and the baselines).
+    for models, message in (([], "error: name the model to fine-tune: --model NAME=FOLDER"),
+                            (["--model", "folder"], "error: --model folder: give it as NAME=FOLDER")):
+        monkeypatch.setattr(sys, "argv", ["glue.py", "--glue_dir", "glue", "--output_dir", "runs", *models])
+        with pytest.raises(SystemExit):
+            parse_args()
+        assert message in capsys.readouterr().err
+    monkeypatch.setattr(sys, "argv", ["glue.py", "--glue_dir", "glue", "--output_dir", "runs", "--summary_only"])
+    assert parse_args().models == {}
+
+
+def words_task_folder(folder, task_name, make_row, sizes=(("train", 200), ("dev", 60))):
+    """A GLUE task folder of made-up rows, make_row(random generator, row number): text, (text pair,) label."""
+    import random
+
+    task = GLUE_TASKS[task_name]
+    columns = [column for column in (task.text_column, task.text_pair_column, task.label_column) if column]
+    rng = random.Random(0)
+    for split, size in sizes:
+        write_tsv(folder / f"{split}.tsv", columns, [make_row(rng, i) for i in range(size)])
+    return folder
+
+
+@pytest.mark.fast
+def test_the_glue_benchmarks_lexical_baseline_learns_the_words_that_decide_a_label(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from glue import lexical_baseline
+
+    filler = [f"filler{i}" for i in range(100)]
+    cues = {"1": ["splendid", "moving", "witty"], "0": ["tedious", "clumsy", "bland"]}
+
+    def review(rng, i):  # Six words of filler, one of them a cue of the label.
+        label = str(i % 2)
+        words = rng.sample(filler, 6)
+        words[rng.randrange(6)] = rng.choice(cues[label])
+        return " ".join(words), label
+
+    sst2 = words_task_folder(tmp_path / "SST-2", "sst2", review)
+    assert lexical_baseline(str(sst2), "sst2") == {"accuracy": 1.0, "score": 1.0}  # The majority class: 0.5.
+    # The same sentences under labels drawn at random, unrelated to the words: chance, not a model of the cues.
+    shuffled = words_task_folder(tmp_path / "shuffled", "sst2", lambda rng, i: (review(rng, i)[0], rng.choice("01")))
+    assert lexical_baseline(str(shuffled), "sst2")["accuracy"] < 0.7
+
+
+@pytest.mark.fast
+def test_the_glue_benchmarks_lexical_baseline_reads_a_pairs_overlap(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from glue import lexical_baseline
+
+    vocabulary = [f"word{i}" for i in range(300)]
+
+    def pair(rng, kept):  # A sentence of 8 words, and one that keeps `kept` of them, in order, and draws the rest.
+        first = rng.sample(vocabulary, 8)
+        second = [word if i < kept else rng.choice(vocabulary) for i, word in enumerate(first)]
+        return " ".join(first), " ".join(second)
+
+    def paraphrase(rng, i):  # A paraphrase keeps all but one word; the other pairs share at most two.
+        label = i % 3 != 0
+        return (*pair(rng, 7 if label else rng.randrange(3)), int(label))
+
+    mrpc = lexical_baseline(str(words_task_folder(tmp_path / "MRPC", "mrpc", paraphrase)), "mrpc")
+    assert mrpc["accuracy"] == 1.0 and mrpc["f1"] == 1.0  # The majority class: 2/3 accuracy.
+
+    def similar(rng, i):  # Similarity from 0 to 5: the share of the first sentence's words that the second keeps.
+        kept = rng.randrange(9)
+        return (*pair(rng, kept), 5 * kept / 8)
+
+    stsb = lexical_baseline(str(words_task_folder(tmp_path / "STS-B", "stsb", similar)), "stsb")
+    assert stsb["pearson"] > 0.95 and stsb["spearman"] > 0.95
+
+
+def lexical_row(table):
+    """The cells of the lexical baseline's row in glue.py's table."""
+    return [cell.strip() for cell in next(line for line in table.splitlines()
+                                          if line.startswith("| lexical")).split("|")[2:-1]]
+
+
+@pytest.mark.fast
+def test_the_glue_benchmarks_table_gives_the_lexical_baseline_of_every_task_the_same_each_time(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from glue import lexical_baseline
+
+    # Without --model: no run, the baselines alone.
+    tables = [run_main("benchmarks/glue.py", "--glue_dir", GLUE, "--summary_only", "--sst2_train_examples", 40,
+                       "--output_dir", tmp_path / f"runs-{i}").stdout for i in range(2)]
+    assert lexical_row(tables[0]) == lexical_row(tables[1])  # Deterministic.
+    lines = tables[0].splitlines()
+    assert lines.index(next(line for line in lines if line.startswith("| majority class"))) + 1 == lines.index(
+        next(line for line in lines if line.startswith("| lexical")))
+    # Each task's metrics as lexical_baseline gives them, and the mean of the tasks' scores.
+    metrics = {task_name: lexical_baseline(str(GLUE / folder), task_name) for task_name, folder in FOLDERS.items()}
+    assert lexical_row(tables[0]) == [
+        *(" / ".join(f"{100 * metrics[task][name]:.1f}" for name in GLUE_TASKS[task].metrics) for task in FOLDERS),
+        f"{100 * np.mean([task_metrics['score'] for task_metrics in metrics.values()]):.1f}"]
+
+
+@pytest.mark.fast
+def test_the_glue_benchmark_checks_every_tasks_files_and_model_before_the_first_run(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import glue
+
+    started = []
+
+    def run(args, arm, task_name, learning_rate, seed, data_dir):  # No fine-tuning: a record of it, and a score.
+        started.append((arm, task_name, learning_rate))
+        metrics = dict.fromkeys([*GLUE_TASKS[task_name].metrics, "score"], 0.5)
+        return {"validation": {**metrics, "majority_class_score": 0.0}}, 60.0
+
+    monkeypatch.setattr(glue, "run", run)
+    glue_dir, model = tmp_path / "glue", tmp_path / "model"
+    shutil.copytree(GLUE, glue_dir)
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    # RTE, the last task, lacks its training file and MRPC its folder: said at once, before any run.
+    (glue_dir / "RTE" / "train.tsv").unlink()
+    shutil.rmtree(glue_dir / "MRPC")
+    flags = ["--glue_dir", glue_dir, "--sst2_train_examples", 40, "--output_dir", tmp_path / "runs"]
+    result = run_main("benchmarks/glue.py", *flags, "--model", f"a model={model}", expect_failure=True)
+    assert result.stderr.splitlines()[-1] == (
+        f"error: --glue_dir {glue_dir} has no MRPC/train.tsv, MRPC/dev.tsv, RTE/train.tsv: it must hold GLUE's task "
+        "folders as GLUE's download script writes them (CoLA/train.tsv, CoLA/dev.tsv, ...). Add the missing files, or "
+        "leave their tasks out: --tasks cola sst2 stsb.")
+    assert not started and not (tmp_path / "runs").exists()
+    # The tasks that are there run (SST-2, not asked for, is not needed), and a model folder without a model is
+    # refused before them.
+    shutil.rmtree(glue_dir / "SST-2")
+    result = run_main("benchmarks/glue.py", *flags, "--tasks", "cola", "--model", f"a model={model}",
+                      "--model", f"other={tmp_path}", expect_failure=True)
+    assert result.stderr.splitlines()[-1] == (
+        f"error: --model other={tmp_path}: {tmp_path} holds no model (no config.json). Pass the folder that "
+        "run_mlm.py saved (its --output_dir) or that export_model.py wrote.")
+    assert not started
+    # A run kept from other flags, the plan's last (seed 3), is refused before the first run too.
+    kept = tmp_path / "runs" / "a-model-cola-lr0.001-seed3"
+    kept.mkdir(parents=True)
+    (kept / "eval_results.json").write_text(json.dumps({"num_epochs": 5, "global_batch_size": 32, "num_replicas": 1}))
+    result = run_main("benchmarks/glue.py", *flags, "--tasks", "cola", "--model", f"a model={model}",
+                      expect_failure=True)
+    assert result.stderr.splitlines()[-1] == (
+        f"error: the run kept in {kept} was made with --num_epochs 5 (asked now: 3). Give each setting of the flags "
+        "its own --output_dir.")
+    assert not started
+    result = run_main("benchmarks/glue.py", *flags, "--tasks", "cola", "--seeds", 1, "--model", f"a model={model}")
+    assert started == [("a model", "cola", 1e-3), ("random weights", "cola", 1e-3)]
+    assert "| a model " in result.stdout and "| 50.0 ± 0.0 (0.001, 1 seeds) |" in result.stdout
