@@ -109,11 +109,14 @@ def gcs_client():
     return storage.Client()
 
 
+GLOB_WILDCARD = re.compile(r"[*?[]")  # What makes a path a glob, for Cloud Storage and the local disk alike.
+
+
 def gcs_glob_prefix(pattern):
     """("bucket", prefix) of a gs:// path or glob, the prefix being its name up to the first wildcard
     (gs://bucket/train/*.txt: "train/"): a bucket lists objects by prefix only, so a glob is listed so, then matched."""
     bucket, name = split_gcs_path(pattern)
-    return bucket, re.split(r"[*?[]", name, maxsplit=1)[0]
+    return bucket, GLOB_WILDCARD.split(name, maxsplit=1)[0]
 
 
 def gcs_blob(path):
@@ -287,6 +290,46 @@ def check_output_dir(path, overwrite, resumable=(), stale=()):
                            "there.")
     for name in stale if overwrite else ():
         delete(os.path.join(path, name))
+
+
+def refuse_an_output_that_is_read(output, inputs, flag="--output_dir"):
+    """Stops when `output` is, holds or lies inside one of `inputs` (the files, folders and globs that the run
+    reads; None for a flag not given): writing there, or clearing it with --overwrite, would replace or mix with
+    the run's own input, such as a pre-trained model (hours of TPU) replaced by its classifier. Every script calls
+    it before anything else. A run_mlm.py run that resumes reads its own checkpoints in --output_dir, which are not
+    among its inputs."""
+    written = comparable_path(output)
+    for path in filter(None, inputs):
+        read, glob = comparable_path(path, input_only=True), GLOB_WILDCARD.search(str(path))
+        if read is None:
+            continue
+        if read == written:
+            relation = "holds" if glob else "is"  # A glob reads the files of its folder.
+        elif read.startswith(written):
+            relation = "holds"
+        elif written.startswith(read):
+            relation = "lies inside the folder of" if glob else "lies inside"
+        else:
+            continue
+        raise UserError(f"{flag} {str(output)!r} {relation} {str(path)!r}, which this run reads: its output would "
+                        f"replace or mix with its own input. Choose another {flag} (--overwrite replaces an earlier "
+                        "output, never an input).")
+
+
+def comparable_path(path, input_only=False):
+    """`path` as refuse_an_output_that_is_read compares paths, ending in "/" so that a/b is not inside a/bc: a gs://
+    one as written, a local one absolute with its symbolic links resolved; a glob, the folder it lists. With
+    `input_only`, None for a local path that does not exist: a Hub id (or a file that the script will say is
+    missing), not a folder of this machine."""
+    text = str(path)
+    fixed = GLOB_WILDCARD.split(text, maxsplit=1)[0]
+    if fixed != text:
+        text = os.path.dirname(fixed) or "."
+    if is_gcs_path(text):
+        return text.rstrip("/") + "/"
+    if input_only and not os.path.exists(text):
+        return None
+    return os.path.join(os.path.realpath(text), "")
 
 
 def refuse_a_file_as_output_dir(path):

@@ -36,7 +36,7 @@ import time
 import types
 
 from common import REPO, describe_machine, load_average, print_table
-from utils import UserError, positive_int
+from utils import UserError, positive_int, refuse_an_output_that_is_read
 
 # The five tasks: GLUE's folder, the tokens per example (where 99 % of the training examples fit with the demo's
 # tokenizer; RTE's premises run longer, cut at BERT's 128), and the columns of the table.
@@ -162,6 +162,7 @@ def mean_and_sd(values):
 
 
 def main(args):
+    refuse_an_output_that_is_read(args.output_dir, [args.glue_dir, *args.models.values()])
     os.makedirs(args.output_dir, exist_ok=True)
     data_dirs = {task_name: os.path.join(args.glue_dir, folder) for task_name, (folder, _, _) in TASKS.items()}
     data_dirs["sst2"] = sst2_subset(args.glue_dir, args.output_dir, args.sst2_train_examples)
