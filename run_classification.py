@@ -164,6 +164,10 @@ def parse_args(argv=None):
     for name, default in COLUMN_FLAGS.items():
         if getattr(args, name) is None:
             setattr(args, name, default)
+    if args.text_pair_column == args.text_column:
+        parser.error(f"--text_pair_column and --text_column both name the column {args.text_column!r}: each text "
+                     "would be paired with itself. Name the column of the second text in --text_pair_column, or "
+                     "leave it out for single texts.")
     return args
 
 
