@@ -15,6 +15,7 @@ import atexit
 import contextlib
 import errno
 import functools
+import glob
 import io
 import logging
 import os
@@ -300,36 +301,50 @@ def refuse_an_output_that_is_read(output, inputs, flag="--output_dir"):
     among its inputs."""
     written = comparable_path(output)
     for path in filter(None, inputs):
-        read, glob = comparable_path(path, input_only=True), GLOB_WILDCARD.search(str(path))
-        if read is None:
-            continue
-        if read == written:
-            relation = "holds" if glob else "is"  # A glob reads the files of its folder.
-        elif read.startswith(written):
-            relation = "holds"
-        elif written.startswith(read):
-            relation = "lies inside the folder of" if glob else "lies inside"
-        else:
-            continue
-        raise UserError(f"{flag} {str(output)!r} {relation} {str(path)!r}, which this run reads: its output would "
-                        f"replace or mix with its own input. Choose another {flag} (--overwrite replaces an earlier "
-                        "output, never an input).")
+        stands = how_output_stands(written, str(path))
+        if stands:
+            raise UserError(f"{flag} {str(output)!r} {stands}, which this run reads: its output would replace or mix "
+                            f"with its own input. Choose another {flag} (--overwrite replaces an earlier output, "
+                            "never an input).")
+
+
+def how_output_stands(written, path):
+    """How the output `written` (comparable_path) stands to the input `path`, as refuse_an_output_that_is_read says
+    it ("is 'a/b'", "holds 'a/b'", "lies inside 'a/b'"); None where it neither is, holds nor lies inside it. A glob
+    reads the files it matches, in its folder: an output that is or holds that folder holds them, those matched
+    later too; one inside it only where it is or lies inside a match (local ones: a bucket is not listed here)."""
+    fixed = GLOB_WILDCARD.split(path, maxsplit=1)[0]
+    if fixed != path:
+        folder = comparable_path(os.path.dirname(fixed) or ".")
+        if folder.startswith(written):
+            return f"holds {path!r}"
+        if written.startswith(folder) and not is_gcs_path(path):
+            for match in glob.glob(path):
+                stands = how_output_stands(written, match)
+                if stands:
+                    return f"{stands} (matched by {path!r})"
+        return None
+    read = comparable_path(path, input_only=True)
+    if read is None:
+        return None
+    if read == written:
+        return f"is {path!r}"
+    if read.startswith(written):
+        return f"holds {path!r}"
+    if written.startswith(read):
+        return f"lies inside {path!r}"
+    return None
 
 
 def comparable_path(path, input_only=False):
     """`path` as refuse_an_output_that_is_read compares paths, ending in "/" so that a/b is not inside a/bc: a gs://
-    one as written, a local one absolute with its symbolic links resolved; a glob, the folder it lists. With
-    `input_only`, None for a local path that does not exist: a Hub id (or a file that the script will say is
-    missing), not a folder of this machine."""
-    text = str(path)
-    fixed = GLOB_WILDCARD.split(text, maxsplit=1)[0]
-    if fixed != text:
-        text = os.path.dirname(fixed) or "."
-    if is_gcs_path(text):
-        return text.rstrip("/") + "/"
-    if input_only and not os.path.exists(text):
+    one as written, a local one absolute with its symbolic links resolved. With `input_only`, None for a local path
+    that does not exist: a Hub id (or a file that the script will say is missing), not a folder of this machine."""
+    if is_gcs_path(path):
+        return str(path).rstrip("/") + "/"
+    if input_only and not os.path.exists(path):
         return None
-    return os.path.join(os.path.realpath(text), "")
+    return os.path.join(os.path.realpath(path), "")
 
 
 def refuse_a_file_as_output_dir(path):

@@ -515,9 +515,9 @@ def test_a_long_line_is_read_in_pieces_never_whole_into_the_tokens_of_the_whole(
 # An output folder that is what the run reads (issue #60): --overwrite replaces an earlier output, never an input.
 
 
-def output_refusal(output, relation, read, flag="--output_dir"):
-    return (f"{flag} {str(output)!r} {relation} {str(read)!r}, which this run reads: its output would replace or mix "
-            f"with its own input. Choose another {flag} (--overwrite replaces an earlier output, never an input).")
+def output_refusal(output, stands, flag="--output_dir"):
+    return (f"{flag} {str(output)!r} {stands}, which this run reads: its output would replace or mix with its own "
+            f"input. Choose another {flag} (--overwrite replaces an earlier output, never an input).")
 
 
 @pytest.mark.fast
@@ -526,19 +526,25 @@ def test_an_output_that_is_holds_or_lies_inside_an_input_is_refused(tmp_path, mo
     (tmp_path / "model").mkdir()
     (tmp_path / "corpus.txt").write_text("a text\n")
     (tmp_path / "link").symlink_to(tmp_path / "model")
-    refused = [("model", "./model/", "is"), ("link", "model", "is"), ("model/classifier", "model", "lies inside"),
-               (".", "corpus.txt", "holds"), ("corpus.txt", "corpus.txt", "is"),
-               (".", "*.txt", "holds"), ("model", "*.txt", "lies inside the folder of"),
-               ("gs://b/a", "gs://b/a/", "is"), ("gs://b/a/c", "gs://b/a", "lies inside"),
-               ("gs://b", "gs://b/a/*.txt", "holds"), ("gs://b/a", "gs://b/a/*.txt", "holds"),
-               ("gs://b/a/c", "gs://b/a/*.txt", "lies inside the folder of")]
-    for output, read, relation in refused:
+    refused = [("model", "./model/", "is './model/'"), ("link", "model", "is 'model'"),
+               ("model/classifier", "model", "lies inside 'model'"), (".", "corpus.txt", "holds 'corpus.txt'"),
+               ("corpus.txt", "corpus.txt", "is 'corpus.txt'"),
+               # A glob holds the files it matches, those to come too; only they are read in its folder.
+               (".", "*.txt", "holds '*.txt'"), ("..", "*.txt", "holds '*.txt'"),
+               ("corpus.txt", "./*.txt", "is './corpus.txt' (matched by './*.txt')"),
+               ("model/classifier", "mod*", "lies inside 'model' (matched by 'mod*')"),
+               ("gs://b/a", "gs://b/a/", "is 'gs://b/a/'"), ("gs://b/a/c", "gs://b/a", "lies inside 'gs://b/a'"),
+               ("gs://b", "gs://b/a/*.txt", "holds 'gs://b/a/*.txt'"),
+               ("gs://b/a/", "gs://b/a/*.txt", "holds 'gs://b/a/*.txt'")]
+    for output, read, stands in refused:
         with pytest.raises(UserError) as error:
             utils.refuse_an_output_that_is_read(output, [None, "FacebookAI/roberta-base", read])
-        assert str(error.value) == output_refusal(output, relation, read)
-    # Not what the run reads: a Hub id (no such local folder), a folder whose name begins alike, a sibling.
+        assert str(error.value) == output_refusal(output, stands)
+    # Not what the run reads: a Hub id (no such local folder), a folder whose name begins alike, a sibling, a folder
+    # beside the files of a glob.
     for output, read in [("FacebookAI", "FacebookAI/roberta-base"), ("gs://b/ab", "gs://b/a"), ("model-2", "model"),
-                         ("gs://b/a", "gs://b/ab/*.txt"), ("gs://c/a", "gs://b/a"), ("other", "model")]:
+                         ("gs://b/a", "gs://b/ab/*.txt"), ("gs://c/a", "gs://b/a"), ("other", "model"),
+                         ("model", "*.txt"), ("shards", "corpus-*.txt"), ("gs://b/a/shards", "gs://b/a/*.txt")]:
         utils.refuse_an_output_that_is_read(output, [read])
 
 
@@ -595,6 +601,6 @@ def test_each_script_refuses_an_output_among_its_inputs_before_reading_them(scri
 
     before = sorted((path, path.stat().st_mtime_ns) for path in inputs_folder.rglob("*"))
     result = run_main(script, *map(in_folder, argv), expect_failure=True)
-    assert f"error: {output_refusal(in_folder(output), relation, in_folder(read), flag)}" in result.stderr, \
+    assert f"error: {output_refusal(in_folder(output), f'{relation} {in_folder(read)!r}', flag)}" in result.stderr, \
         result.stderr[-3000:]
     assert sorted((path, path.stat().st_mtime_ns) for path in inputs_folder.rglob("*")) == before
