@@ -16,7 +16,7 @@ import os
 import random
 import time
 
-from utils import UserError, check_gcs_path, is_gcs_path, positive_int
+from utils import UserError, check_gcs_path, is_gcs_path, positive_int, refuse_an_output_that_is_read
 
 logger = logging.getLogger("devices")
 
@@ -163,11 +163,13 @@ def choose_strategy(args, root="/"):
 
 
 def set_up_training(args, input_paths):
-    """What both training scripts do first, in this order; returns (strategy, on_tpu, jit_compile). The gs://
-    paths first: a missing bucket must not wait for a TPU to start. Then the strategy, before any TensorFlow op;
-    then the seeds and the precision, before any model is built."""
+    """What both training scripts do first, in this order; returns (strategy, on_tpu, jit_compile). The paths
+    first: an --output_dir among `input_paths` (what the run reads) and a missing bucket must not wait for a TPU to
+    start. Then the strategy, before any TensorFlow op; then the seeds and the precision, before any model is
+    built."""
     import tf_keras as keras
 
+    refuse_an_output_that_is_read(args.output_dir, input_paths)
     for path in input_paths:
         if path:
             check_gcs_path(path)

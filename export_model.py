@@ -25,7 +25,8 @@ import transformers
 
 from models import (ELECTRA_GENERATOR, PYTORCH_SUBFOLDER, load_config, load_pretrained_model, load_tokenizer,
                     save_model_folder, save_pytorch_copy, save_tokenizer)
-from utils import UserError, check_gcs_path, check_output_dir, local_copy, save_folder
+from utils import (UserError, check_gcs_path, check_output_dir, local_copy, refuse_an_output_that_is_read,
+                   save_folder)
 
 logger = logging.getLogger("export_model")
 
@@ -49,6 +50,7 @@ def main(args):
     import tensorflow as tf  # Here, not at the top: --help and a bad flag need not wait seconds for it.
 
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    refuse_an_output_that_is_read(args.output_dir, [args.source])
     check_gcs_path(args.source)
     check_gcs_path(args.output_dir, write=True)
     if not tf.io.gfile.isdir(args.source):
@@ -71,15 +73,11 @@ def from_model_folder(source):
     tokenizer = load_tokenizer(source, "SOURCE", PASS_A_MODEL_FOLDER)
     pytorch_weights = [name for name in os.listdir(local_dir) if name.startswith("model") and ".safetensors" in name]
 
-    def write(folder):
-        if os.path.realpath(folder) == os.path.realpath(local_dir) and pytorch_weights:
-            # Transformers 4.57 would load the PyTorch weights beside tf_model.h5 first, and fail on them.
-            raise UserError(f"{source!r} holds PyTorch weights: export it into another --output_dir.")
-        if os.path.realpath(folder) != os.path.realpath(local_dir):  # Else a PyTorch copy added in place.
-            os.makedirs(folder, exist_ok=True)
-            for name in os.listdir(local_dir):
-                if os.path.isfile(os.path.join(local_dir, name)) and name not in pytorch_weights:
-                    shutil.copy(os.path.join(local_dir, name), folder)
+    def write(folder):  # Never into SOURCE itself (main refuses it): it is what is read.
+        os.makedirs(folder, exist_ok=True)
+        for name in os.listdir(local_dir):
+            if os.path.isfile(os.path.join(local_dir, name)) and name not in pytorch_weights:
+                shutil.copy(os.path.join(local_dir, name), folder)
         if pytorch_weights:
             model.save_pretrained(folder)
         # Anew over the copied files: a folder saved before save_tokenizer existed did not name the model's inputs.

@@ -175,25 +175,34 @@ def refuse_a_tokenizer_not_the_models(start, tokenizer_name, config, tokenizer):
         own = None
         logger.warning("The model %s has no tokenizer to compare --tokenizer with: only its size is checked.", start)
 
-    def special_ids(tokenizer):
-        return {name: getattr(tokenizer, name + "_token_id") for name in ("pad", "mask", "bos", "eos", "unk")}
-
     if own is None:
         if len(tokenizer) <= config.vocab_size and tokenizer.pad_token_id == config.pad_token_id:
             return
         difference = (f"{len(tokenizer)} tokens and pad id {tokenizer.pad_token_id}, the model {config.vocab_size} "
                       f"embeddings and pad id {config.pad_token_id}")
-    elif vocabulary_fingerprint(own.backend_tokenizer) != vocabulary_fingerprint(tokenizer.backend_tokenizer):
-        difference = (f"{len(tokenizer)} tokens, the model's {len(own)}" if len(own) != len(tokenizer)
-                      else f"{len(tokenizer)} tokens as the model's, but other tokens or ids")
-    elif special_ids(tokenizer) != special_ids(own):
-        difference = f"special tokens at other ids ({special_ids(tokenizer)}, the model's {special_ids(own)})"
     else:
+        difference = tokenizer_difference(tokenizer, own, "the model's")
+    if difference is None:
         return
     raise UserError(
         f"--tokenizer {tokenizer_name!r} is not the tokenizer of the model {start!r}: {difference}. Its ids would "
         "mean other tokens to the model. Drop --tokenizer (the model's is the default), and write the shards with "
         f"the model's tokenizer: prepare_tfrecord_shards.py --tokenizer_name_or_path {start} ...")
+
+
+def tokenizer_difference(tokenizer, other, whose):
+    """What makes `tokenizer` another tokenizer than `other` (`whose`: "the model's"), or None where both give every
+    token the same id, special ones in the same roles: another vocabulary of the same size keeps every shape and
+    changes what every id means."""
+    def special_ids(tokenizer):
+        return {name: getattr(tokenizer, name + "_token_id") for name in ("pad", "mask", "bos", "eos", "unk")}
+
+    if vocabulary_fingerprint(other.backend_tokenizer) != vocabulary_fingerprint(tokenizer.backend_tokenizer):
+        return (f"{len(tokenizer)} tokens, {whose} {len(other)}" if len(other) != len(tokenizer)
+                else f"{len(tokenizer)} tokens as {whose}, but other tokens or ids")
+    if special_ids(tokenizer) != special_ids(other):
+        return f"special tokens at other ids ({special_ids(tokenizer)}, {whose} {special_ids(other)})"
+    return None
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -47,7 +47,8 @@ from corpus import add_corpus_arguments, data_files_format, iter_text_file_batch
 from models import load_backend_tokenizer
 from shards import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, finish_split, plan_parts, start_split,
                     write_part)
-from utils import UserError, check_gcs_path, check_output_dir, file_size, out_of_space_named, positive_int
+from utils import (UserError, check_gcs_path, check_output_dir, file_size, out_of_space_named, positive_int,
+                   refuse_an_output_that_is_read)
 
 logger = logging.getLogger("prepare_tfrecord_shards")
 
@@ -121,7 +122,9 @@ def main(args):
     start = time.perf_counter()
     data_files = {split: getattr(args, f"{split}_file") for split in ("train", "validation", "test")
                   if getattr(args, f"{split}_file")}
-    for path in [args.tokenizer_name_or_path, *itertools.chain(*data_files.values())]:  # Fail before the long part.
+    inputs = [args.tokenizer_name_or_path, *itertools.chain(*data_files.values())]
+    refuse_an_output_that_is_read(args.output_dir, inputs)
+    for path in inputs:  # Fail before the long part.
         check_gcs_path(path)
     check_gcs_path(args.output_dir, write=True)
     check_output_dir(args.output_dir, args.overwrite)

@@ -164,15 +164,23 @@ def parse_args(argv=None):
     for name, default in COLUMN_FLAGS.items():
         if getattr(args, name) is None:
             setattr(args, name, default)
+    if args.text_pair_column == args.text_column:
+        parser.error(f"--text_pair_column and --text_column both name the column {args.text_column!r}: each text "
+                     "would be paired with itself. Name the column of the second text in --text_pair_column, or "
+                     "leave it out for single texts.")
     return args
+
+
+def input_paths(args):
+    """What a run reads: its data and its model (benchmarks/fine_tuning.py checks its own --output_dir with them)."""
+    return args.train_file, args.validation_file, args.test_file, args.data_dir, args.model_name_or_path
 
 
 def main(args):
     from run_folder import refuse_an_unfinished_pretraining_run
 
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    strategy, on_tpu, jit_compile = set_up_training(args, input_paths=(
-        args.train_file, args.validation_file, args.test_file, args.data_dir, args.model_name_or_path))
+    strategy, on_tpu, jit_compile = set_up_training(args, input_paths(args))
     is_chief = strategy.extended.should_checkpoint  # Only the chief writes into --output_dir.
     global_batch_size = args.per_replica_batch_size * strategy.num_replicas_in_sync
 

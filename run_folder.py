@@ -31,7 +31,8 @@ import tensorflow as tf
 import tf_keras as keras
 
 from devices import count_hosts, create_optimizer_state
-from models import ELECTRA_GENERATOR, config_changes, load_config, save_tokenizer
+from models import (ELECTRA_GENERATOR, config_changes, load_config, load_tokenizer, save_tokenizer,
+                    tokenizer_difference)
 from utils import UserError, check_output_dir, delete, gcs_blob, is_gcs_path, out_of_space_named, \
     refuse_a_file_as_output_dir, save_folder
 
@@ -214,7 +215,8 @@ def check_where_the_run_starts(args, plan, recorded, is_chief, config, generator
     """False when an earlier run of this command (`recorded`: its results) trained `plan.total_steps` and saved its
     model: nothing left to do. Else refuses an --output_dir that holds something other than a run to resume (with
     --overwrite, clears it), and a checkpoint that this command would not continue: of another global batch, of
-    more steps, or of another model than `config` (and ELECTRA's `generator_config`)."""
+    more steps, or of another model than `config` (and ELECTRA's `generator_config`) or another tokenizer than
+    --tokenizer."""
     saved_at = recorded.get("saved_model_step")
     if saved_at is not None and saved_at >= plan.total_steps:
         logger.info("The run in %s is already complete at step %d%s, and its model is saved there. Nothing to do. "
@@ -244,6 +246,7 @@ def check_where_the_run_starts(args, plan, recorded, is_chief, config, generator
     if latest:
         refuse_another_model(args.output_dir, step, config, generator_config, args.objective,
                              recorded.get("objective"))
+        refuse_another_tokenizer(args.output_dir, step, args.tokenizer)
     return True
 
 
@@ -281,6 +284,27 @@ def refuse_another_model(output_dir, step, config, generator_config, objective, 
             "same model flags (--pretrained_model_config or --model_name_or_path, --config_overrides, --objective, "
             "--generator_hidden_size, --tokenizer); to train this model, start over with --overwrite, or choose "
             "another --output_dir.")
+
+
+def refuse_another_tokenizer(output_dir, step, tokenizer_name):
+    """Stops when the checkpoints in `output_dir` (the last at `step`) were trained with another tokenizer than
+    --tokenizer `tokenizer_name`, as the one saved beside them says (save_checkpoints_config). Of the same size, it
+    gives the same config, and the weights would fit: but every id would mean another token than the one its
+    embedding learned, and the run would train on in silence."""
+    config_dir = os.path.join(output_dir, "checkpoints", "config")
+    if not tf.io.gfile.exists(os.path.join(config_dir, "config.json")):
+        return  # Saved by a run before save_checkpoints_config: nothing to compare with.
+    difference = tokenizer_difference(
+        load_tokenizer(tokenizer_name, "--tokenizer"),
+        load_tokenizer(config_dir, "--output_dir", "Start over with --overwrite, or choose another --output_dir."),
+        "the run's")
+    if difference:
+        raise UserError(
+            f"{output_dir!r} holds a run, checkpointed at step {step}, trained with another tokenizer than this "
+            f"command's --tokenizer {tokenizer_name!r}: {difference}, as the tokenizer beside its checkpoints says "
+            f"({config_dir}). Its ids would mean other tokens to the model. To resume it, run it with the run's "
+            "tokenizer and the shards written with it; to train with this one, start over with --overwrite, or "
+            "choose another --output_dir.")
 
 
 def save_checkpoints_config(output_dir, networks, tokenizer):

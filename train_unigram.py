@@ -40,7 +40,8 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 from transformers import PreTrainedTokenizerFast
 
 from corpus import add_corpus_arguments, text_batches
-from utils import UserError, check_gcs_path, check_output_dir, positive_int, save_folder
+from utils import (UserError, check_gcs_path, check_output_dir, positive_int, refuse_an_output_that_is_read,
+                   save_folder)
 
 logger = logging.getLogger("train_unigram")
 
@@ -238,6 +239,7 @@ def main(args):
     start = time.perf_counter()
 
     # Fail before the long part, not after it.
+    refuse_an_output_that_is_read(args.output_dir, args.train_file or [])
     for path in args.train_file or []:
         check_gcs_path(path)
     check_gcs_path(args.output_dir, write=True)

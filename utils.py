@@ -15,6 +15,7 @@ import atexit
 import contextlib
 import errno
 import functools
+import glob
 import io
 import logging
 import os
@@ -109,11 +110,14 @@ def gcs_client():
     return storage.Client()
 
 
+GLOB_WILDCARD = re.compile(r"[*?[]")  # What makes a path a glob, for Cloud Storage and the local disk alike.
+
+
 def gcs_glob_prefix(pattern):
     """("bucket", prefix) of a gs:// path or glob, the prefix being its name up to the first wildcard
     (gs://bucket/train/*.txt: "train/"): a bucket lists objects by prefix only, so a glob is listed so, then matched."""
     bucket, name = split_gcs_path(pattern)
-    return bucket, re.split(r"[*?[]", name, maxsplit=1)[0]
+    return bucket, GLOB_WILDCARD.split(name, maxsplit=1)[0]
 
 
 def gcs_blob(path):
@@ -287,6 +291,60 @@ def check_output_dir(path, overwrite, resumable=(), stale=()):
                            "there.")
     for name in stale if overwrite else ():
         delete(os.path.join(path, name))
+
+
+def refuse_an_output_that_is_read(output, inputs, flag="--output_dir"):
+    """Stops when `output` is, holds or lies inside one of `inputs` (the files, folders and globs that the run
+    reads; None for a flag not given): writing there, or clearing it with --overwrite, would replace or mix with
+    the run's own input, such as a pre-trained model (hours of TPU) replaced by its classifier. Every script calls
+    it before anything else. A run_mlm.py run that resumes reads its own checkpoints in --output_dir, which are not
+    among its inputs."""
+    written = comparable_path(output)
+    for path in filter(None, inputs):
+        stands = how_output_stands(written, str(path))
+        if stands:
+            raise UserError(f"{flag} {str(output)!r} {stands}, which this run reads: its output would replace or mix "
+                            f"with its own input. Choose another {flag} (--overwrite replaces an earlier output, "
+                            "never an input).")
+
+
+def how_output_stands(written, path):
+    """How the output `written` (comparable_path) stands to the input `path`, as refuse_an_output_that_is_read says
+    it ("is 'a/b'", "holds 'a/b'", "lies inside 'a/b'"); None where it neither is, holds nor lies inside it. A glob
+    reads the files it matches, in its folder: an output that is or holds that folder holds them, those matched
+    later too; one inside it only where it is or lies inside a match (local ones: a bucket is not listed here)."""
+    fixed = GLOB_WILDCARD.split(path, maxsplit=1)[0]
+    if fixed != path:
+        folder = comparable_path(os.path.dirname(fixed) or ".")
+        if folder.startswith(written):
+            return f"holds {path!r}"
+        if written.startswith(folder) and not is_gcs_path(path):
+            for match in glob.glob(path):
+                stands = how_output_stands(written, match)
+                if stands:
+                    return f"{stands} (matched by {path!r})"
+        return None
+    read = comparable_path(path, input_only=True)
+    if read is None:
+        return None
+    if read == written:
+        return f"is {path!r}"
+    if read.startswith(written):
+        return f"holds {path!r}"
+    if written.startswith(read):
+        return f"lies inside {path!r}"
+    return None
+
+
+def comparable_path(path, input_only=False):
+    """`path` as refuse_an_output_that_is_read compares paths, ending in "/" so that a/b is not inside a/bc: a gs://
+    one as written, a local one absolute with its symbolic links resolved. With `input_only`, None for a local path
+    that does not exist: a Hub id (or a file that the script will say is missing), not a folder of this machine."""
+    if is_gcs_path(path):
+        return str(path).rstrip("/") + "/"
+    if input_only and not os.path.exists(path):
+        return None
+    return os.path.join(os.path.realpath(path), "")
 
 
 def refuse_a_file_as_output_dir(path):

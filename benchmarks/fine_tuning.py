@@ -34,6 +34,7 @@ import time
 import numpy as np
 
 from common import REPO, describe_machine, load_average, print_table
+from utils import UserError, refuse_an_output_that_is_read
 
 BANKING77 = REPO / "tests" / "data" / "banking77"
 # Without data flags: the 6-intent slice of BANKING77 shipped for the tests.
@@ -167,11 +168,13 @@ def compare_fine_tuning(args, folder):
 
 
 def main(args):
-    from run_classification import parse_args as parse_classification_args
+    from run_classification import input_paths, parse_args as parse_classification_args
     from tasks import load_splits, task_of_flags
 
     # The data flags, checked and read as run_classification.py does.
     classification_args = parse_classification_args(["--model_name_or_path", args.model, *args.data_flags])
+    if args.output_dir:
+        refuse_an_output_that_is_read(args.output_dir, input_paths(classification_args))
     splits = load_splits(classification_args, task_of_flags(classification_args))
     if "test" not in splits:
         raise SystemExit("error: both measurements score on a test split, and the data has none: add --test_file.")
@@ -195,4 +198,7 @@ def main(args):
 
 
 if __name__ == "__main__":
-    main(parse_args())
+    try:
+        main(parse_args())
+    except UserError as err:
+        raise SystemExit(f"error: {err}")

@@ -46,7 +46,7 @@ from sklearn.pipeline import make_pipeline
 
 from common import REPO, describe_machine, load_average, print_table
 import tasks
-from utils import UserError, exists, positive_int
+from utils import UserError, exists, positive_int, refuse_an_output_that_is_read
 
 # The five tasks: GLUE's folder, the tokens per example (where 99 % of the training examples fit with the demo's
 # tokenizer; RTE's premises run longer, cut at BERT's 128), and the columns of the table.
@@ -259,6 +259,7 @@ def mean_and_sd(values):
 
 def main(args):
     check_inputs(args)
+    refuse_an_output_that_is_read(args.output_dir, [args.glue_dir, *args.models.values()])
     os.makedirs(args.output_dir, exist_ok=True)
     data_dirs = {task_name: os.path.join(args.glue_dir, TASKS[task_name][0]) for task_name in args.tasks}
     # The lexical baseline before the runs, on all of SST-2 (seconds): a task that cannot be read fails here.

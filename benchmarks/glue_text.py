@@ -14,7 +14,7 @@ import os
 from common import REPO  # noqa: F401 (puts the repository's modules on the path)
 from glue import TASKS, read_splits
 import tasks
-from utils import UserError
+from utils import UserError, refuse_an_output_that_is_read
 
 
 def parse_args():
@@ -37,6 +37,7 @@ def training_texts(glue_dir):
 
 
 def main(args):
+    refuse_an_output_that_is_read(args.output_file, [args.glue_dir], "--output_file")
     texts = training_texts(args.glue_dir)
     with open(args.output_file, "w", encoding="utf-8") as f:
         for task_texts in texts.values():

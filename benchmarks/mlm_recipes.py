@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from common import REPO, describe_machine, load_average, print_table
+from utils import UserError, refuse_an_output_that_is_read
 
 DEMO_MODEL = "hidden_size=128,num_hidden_layers=2,num_attention_heads=2,intermediate_size=512"
 NO_DROPOUT = "hidden_dropout_prob=0,attention_probs_dropout_prob=0"
@@ -103,8 +104,8 @@ def evaluations(log_lines):
     return found
 
 
-def main():
-    args = parse_args()
+def main(args):
+    refuse_an_output_that_is_read(args.work_dir, [args.train_file, args.validation_file], "--work_dir")
     work_dir = Path(args.work_dir).resolve()
     lengths = sorted({int(effective_flags(RECIPES[name])["--max_length"]) for name in args.recipes})
     tokenizer = prepare_data(args, work_dir, lengths)
@@ -142,4 +143,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main(parse_args())
+    except UserError as err:
+        raise SystemExit(f"error: {err}")

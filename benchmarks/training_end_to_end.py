@@ -26,6 +26,7 @@ import sys
 import time
 
 from common import REPO, describe_machine, load_average, median, print_table
+from utils import UserError, refuse_an_output_that_is_read
 
 SIDES = ("original", "run_mlm")
 
@@ -93,11 +94,11 @@ def timed_run(args, side, steps):
     return seconds
 
 
-def main():
-    args = parse_args()
+def main(args):
     if args.only:
         train_original_path(args, int(args.only))
         return
+    refuse_an_output_that_is_read(args.work_dir, [args.train_dataset, args.tokenizer], "--work_dir")
     step_seconds = {side: [] for side in SIDES}
     loads = [load_average()]
     for pass_number in range(args.passes):
@@ -118,4 +119,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main(parse_args())
+    except UserError as err:
+        raise SystemExit(f"error: {err}")

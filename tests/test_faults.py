@@ -1,6 +1,6 @@
 """Faults a long run meets (issue #34): hyper-parameters out of their domain, records that are not text, a full
-disk, a damaged checkpoint, two runs in one output folder, a huge line. Each ends in a clear message, in-process
-where it can: no traceback, nothing lost."""
+disk, a damaged checkpoint, two runs in one output folder, a huge line; an output folder among the inputs (#60).
+Each ends in a clear message, in-process where it can: no traceback, nothing lost."""
 
 import argparse
 import json
@@ -512,3 +512,98 @@ def test_a_long_line_is_read_in_pieces_never_whole_into_the_tokens_of_the_whole(
     assert shards.tokenize(tokenizer, read).tolist() == expected
     # The scripts that want every text whole get it so.
     assert list(corpus.iter_text_file_lines([str(path)])) == [str(text) for text in read]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# An output folder that is what the run reads (issue #60): --overwrite replaces an earlier output, never an input.
+
+
+def output_refusal(output, stands, flag="--output_dir"):
+    return (f"{flag} {str(output)!r} {stands}, which this run reads: its output would replace or mix with its own "
+            f"input. Choose another {flag} (--overwrite replaces an earlier output, never an input).")
+
+
+@pytest.mark.fast
+def test_an_output_that_is_holds_or_lies_inside_an_input_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "corpus.txt").write_text("a text\n")
+    (tmp_path / "link").symlink_to(tmp_path / "model")
+    refused = [("model", "./model/", "is './model/'"), ("link", "model", "is 'model'"),
+               ("model/classifier", "model", "lies inside 'model'"), (".", "corpus.txt", "holds 'corpus.txt'"),
+               ("corpus.txt", "corpus.txt", "is 'corpus.txt'"),
+               # A glob holds the files it matches, those to come too; only they are read in its folder.
+               (".", "*.txt", "holds '*.txt'"), ("..", "*.txt", "holds '*.txt'"),
+               ("corpus.txt", "./*.txt", "is './corpus.txt' (matched by './*.txt')"),
+               ("model/classifier", "mod*", "lies inside 'model' (matched by 'mod*')"),
+               ("gs://b/a", "gs://b/a/", "is 'gs://b/a/'"), ("gs://b/a/c", "gs://b/a", "lies inside 'gs://b/a'"),
+               ("gs://b", "gs://b/a/*.txt", "holds 'gs://b/a/*.txt'"),
+               ("gs://b/a/", "gs://b/a/*.txt", "holds 'gs://b/a/*.txt'")]
+    for output, read, stands in refused:
+        with pytest.raises(UserError) as error:
+            utils.refuse_an_output_that_is_read(output, [None, "FacebookAI/roberta-base", read])
+        assert str(error.value) == output_refusal(output, stands)
+    # Not what the run reads: a Hub id (no such local folder), a folder whose name begins alike, a sibling, a folder
+    # beside the files of a glob.
+    for output, read in [("FacebookAI", "FacebookAI/roberta-base"), ("gs://b/ab", "gs://b/a"), ("model-2", "model"),
+                         ("gs://b/a", "gs://b/ab/*.txt"), ("gs://c/a", "gs://b/a"), ("other", "model"),
+                         ("model", "*.txt"), ("shards", "corpus-*.txt"), ("gs://b/a/shards", "gs://b/a/*.txt")]:
+        utils.refuse_an_output_that_is_read(output, [read])
+
+
+@pytest.fixture
+def inputs_folder(tmp_path):
+    """Folders that the scripts' flags read, none of them valid for its script: each script must refuse an output
+    among them before it reads any."""
+    for folder in ("model", "data", "glue/CoLA"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "data" / "train.txt").write_text("a text\nanother text\n")
+    (tmp_path / "data" / "train.csv").write_text("text,label\na text,a\n")
+    (tmp_path / "glue" / "CoLA" / "train.tsv").write_text("a\t1\t\ta text\n")
+    return tmp_path
+
+
+# Each script with an output among its inputs, in inputs_folder ({dir}): (its flags, the output's flag, the output, how
+# it stands to the input named, that input).
+OUTPUTS_AMONG_INPUTS = {
+    "train_unigram.py": (["--train_file", "{dir}/data/train.txt", "--output_dir", "{dir}/data", "--overwrite"],
+                         "--output_dir", "{dir}/data", "holds", "{dir}/data/train.txt"),
+    "prepare_tfrecord_shards.py": (["--tokenizer_name_or_path", "{dir}/model", "--train_file", "{dir}/data/train.txt",
+                                    "--output_dir", "{dir}/model/shards", "--overwrite"],
+                                   "--output_dir", "{dir}/model/shards", "lies inside", "{dir}/model"),
+    "run_mlm.py": (["--model_name_or_path", "{dir}/model", "--train_dataset", "{dir}/data", "--output_dir",
+                    "{dir}/model", "--overwrite", "--no_tpu"], "--output_dir", "{dir}/model", "is", "{dir}/model"),
+    # The issue's case: the pre-trained model replaced by its classifier.
+    "run_classification.py": (["--model_name_or_path", "{dir}/model", "--train_file", "{dir}/data/train.csv",
+                               "--output_dir", "{dir}/model", "--overwrite", "--no_tpu"],
+                              "--output_dir", "{dir}/model", "is", "{dir}/model"),
+    "export_model.py": (["{dir}/model", "--output_dir", "{dir}/model", "--overwrite"],
+                        "--output_dir", "{dir}/model", "is", "{dir}/model"),
+    "glue.py": (["--glue_dir", "{dir}/glue", "--model", "m={dir}/model", "--output_dir", "{dir}/glue"],
+                "--output_dir", "{dir}/glue", "is", "{dir}/glue"),
+    "glue_text.py": (["--glue_dir", "{dir}/glue", "--output_file", "{dir}/glue/CoLA/train.tsv"],
+                     "--output_file", "{dir}/glue/CoLA/train.tsv", "lies inside", "{dir}/glue"),
+    "fine_tuning.py": (["--model", "{dir}/model", "--train_file", "{dir}/data/train.csv", "--probe_only",
+                        "--output_dir", "{dir}/data"], "--output_dir", "{dir}/data", "holds", "{dir}/data/train.csv"),
+    "mlm_recipes.py": (["--train_file", "{dir}/data/train.txt", "--validation_file", "{dir}/data/train.txt",
+                        "--work_dir", "{dir}/data"], "--work_dir", "{dir}/data", "holds", "{dir}/data/train.txt"),
+    "training_end_to_end.py": (["--train_dataset", "{dir}/data", "--tokenizer", "{dir}/model", "--work_dir",
+                                "{dir}/model"], "--work_dir", "{dir}/model", "is", "{dir}/model"),
+}
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("script", OUTPUTS_AMONG_INPUTS)
+def test_each_script_refuses_an_output_among_its_inputs_before_reading_them(script, inputs_folder, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # Where the benchmarks' scripts are.
+    argv, flag, output, relation, read = OUTPUTS_AMONG_INPUTS[script]
+
+    def in_folder(text):
+        return text.format(dir=inputs_folder)
+
+    before = sorted((path, path.stat().st_mtime_ns) for path in inputs_folder.rglob("*"))
+    result = run_main(script, *map(in_folder, argv), expect_failure=True)
+    assert f"error: {output_refusal(in_folder(output), f'{relation} {in_folder(read)!r}', flag)}" in result.stderr, \
+        result.stderr[-3000:]
+    assert sorted((path, path.stat().st_mtime_ns) for path in inputs_folder.rglob("*")) == before

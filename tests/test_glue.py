@@ -305,6 +305,23 @@ def test_bad_glue_and_pair_input(pretrained_model_dir, tmp_path):
                    "['entailment', 'not_entailment']")
 
 
+@pytest.mark.fast
+def test_a_text_pair_column_that_is_the_text_column_is_refused(capsys):
+    # Each text would be paired with itself, in silence.
+    import run_classification
+
+    data = ["--model_name_or_path", "m", "--train_file", "t.csv"]
+    for columns, column in ((["--text_pair_column", "text"], "text"),
+                            (["--text_column", "question", "--text_pair_column", "question"], "question")):
+        with pytest.raises(SystemExit) as exit_info:
+            run_classification.parse_args([*data, *columns])
+        assert exit_info.value.code == 2
+        assert f"error: --text_pair_column and --text_column both name the column {column!r}: each text would be " \
+               "paired with itself. Name the column of the second text in --text_pair_column, or leave it out for " \
+               "single texts." in capsys.readouterr().err
+    assert run_classification.parse_args([*data, "--text_pair_column", "question"]).text_column == "text"
+
+
 @pytest.mark.skipif(not os.environ.get("PYTORCH_PYTHON"),
                     reason="needs 🤗 Transformers 5 and PyTorch: `make test-pytorch` builds them and runs it")
 def test_transformers_5_with_pytorch_runs_the_pair_classifier_and_the_regressor_as_tensorflow(glue_model):

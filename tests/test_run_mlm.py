@@ -351,6 +351,29 @@ def test_an_unfinished_run_resumes_only_with_its_own_model(train_args, pretraine
         "run it with the same model flags", "--overwrite")
 
 
+@pytest.mark.fast
+def test_an_unfinished_run_resumes_only_with_its_own_tokenizer(pretrained_model_dir, tokenizer_dir, tiny_config_dir,
+                                                               tmp_path):
+    # Another tokenizer of the same size gives the same config, and the checkpoints' weights fit it: but each of its
+    # ids means another token. Its own shards are its own, and pass; the tokenizer beside the checkpoints does not.
+    other_tokenizer = shutil.copytree(tokenizer_dir, tmp_path / "other-tokenizer")
+    tokenizer_json = json.loads((other_tokenizer / "tokenizer.json").read_text())
+    pieces = tokenizer_json["model"]["vocab"]
+    pieces[100], pieces[101] = pieces[101], pieces[100]  # Two ordinary pieces swap ids.
+    (other_tokenizer / "tokenizer.json").write_text(json.dumps(tokenizer_json))
+    run_main("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", other_tokenizer, "--train_file",
+             WIKITEXT / "validation.txt", "--limit", 300, "--max_length", MAX_LENGTH, "--output_dir",
+             tmp_path / "other-shards")
+    unfinished = unfinished_copy(pretrained_model_dir, tmp_path / "model")
+    result = run_main("run_mlm.py", *tiny_mlm_args(tmp_path / "other-shards", other_tokenizer, tiny_config_dir,
+                                                   unfinished), "--max_steps", 22, expect_failure=True)
+    assert_fails_before_building_the_model(
+        result, f"{str(unfinished)!r} holds a run, checkpointed at step 20, trained with another tokenizer than this "
+                f"command's --tokenizer {str(other_tokenizer)!r}: 1000 tokens as the run's, but other tokens or ids, "
+                "as the tokenizer beside its checkpoints says", "To resume it, run it with the run's tokenizer",
+        "--overwrite")
+
+
 def test_the_seed_sets_the_initial_weights(train_args, tmp_path):
     """--seed decides the model that training starts from, seen in the evaluation before the first step (on the
     same masked batches). utils.set_up_training seeds without keras.utils.set_random_seed, which fails on 3.12."""
