@@ -353,7 +353,8 @@ def check_loaded_weights(model, name_or_path, flag, missing, unexpected, new_hea
     if head:
         logger.info("A new %s head, from random weights: %s", name, ", ".join(head))
     if new:
-        logger.warning("%s has no %s: a %s starts them from random weights.", name_or_path, ", ".join(new), name)
+        logger.warning("%s has no %s: a %s starts them from random weights.", name_or_path, ", ".join(sorted(new)),
+                       name)
 
 
 def unique_weights(*models):

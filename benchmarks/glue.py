@@ -258,8 +258,8 @@ def mean_and_sd(values):
 
 
 def main(args):
-    check_inputs(args)
     refuse_an_output_that_is_read(args.output_dir, [args.glue_dir, *args.models.values()])
+    check_inputs(args)
     os.makedirs(args.output_dir, exist_ok=True)
     data_dirs = {task_name: os.path.join(args.glue_dir, TASKS[task_name][0]) for task_name in args.tasks}
     # The lexical baseline before the runs, on all of SST-2 (seconds): a task that cannot be read fails here.

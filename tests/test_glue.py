@@ -560,10 +560,12 @@ def test_the_glue_benchmark_checks_every_tasks_files_and_model_before_the_first_
     # The tasks that are there run (SST-2, not asked for, is not needed), and a model folder without a model is
     # refused before them.
     shutil.rmtree(glue_dir / "SST-2")
+    not_a_model = tmp_path / "not-a-model"
+    not_a_model.mkdir()
     result = run_main("benchmarks/glue.py", *flags, "--tasks", "cola", "--model", f"a model={model}",
-                      "--model", f"other={tmp_path}", expect_failure=True)
+                      "--model", f"other={not_a_model}", expect_failure=True)
     assert result.stderr.splitlines()[-1] == (
-        f"error: --model other={tmp_path}: {tmp_path} holds no model (no config.json). Pass the folder that "
+        f"error: --model other={not_a_model}: {not_a_model} holds no model (no config.json). Pass the folder that "
         "run_mlm.py saved (its --output_dir) or that export_model.py wrote.")
     assert not started
     # A run kept from other flags, the plan's last (seed 3), is refused before the first run too.
