@@ -2,6 +2,7 @@
 
 - the hardware flags; this machine's TPU chips, read from sysfs, and each generation's peak FLOP/s beside it; the
   tf.distribute strategy, the seeds, XLA, the optimizer's state created before the first step, the hosts;
+- run_mlm.py's plan: its global batch and steps, split over the hosts and replicas (plan_training);
 - the FLOPs of a training step, MFU and throughput, and the input check, which times an input pipeline alone.
 
 `python devices.py check-tpu` says whether the TensorFlow installed drives this machine's TPU (diagnostics.py).
@@ -221,6 +222,52 @@ def count_hosts(strategy):
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return len(host_addresses(strategy))
     return 1
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingPlan:
+    num_hosts: int
+    replicas_per_host: int
+    batch_per_replica_step: int  # Samples a replica reads per optimizer step: all its micro-batches.
+    global_batch_size: int
+    train_samples: int
+    steps_per_epoch: int
+    total_steps: int
+    warmup_steps: int
+    eval_every: int  # Steps per round; each round ends with an evaluation.
+    eval_samples: int
+    eval_steps: int
+
+
+def plan_training(args, strategy, train_sizes, eval_sizes):
+    """Batch sizes and step counts, from the shard sizes and the hosts and replicas. Every host reads its own shards
+    (see make_dataset), so an epoch is as many steps as the host with the fewest samples fills."""
+    num_hosts = count_hosts(strategy)
+    replicas_per_host = strategy.num_replicas_in_sync // num_hosts
+    batch_per_replica_step = args.per_replica_batch_size * args.gradient_accumulation_steps
+
+    def steps(sizes, batch_size, what):
+        if len(sizes) < num_hosts:
+            raise UserError(f"{num_hosts} hosts need at least {num_hosts} shard files, one per host, but "
+                            f"there are {len(sizes)}. Write the shards again with a smaller --shard_size.")
+        count = min(sum(sizes[host::num_hosts]) for host in range(num_hosts)) // batch_size // replicas_per_host
+        if count == 0:
+            raise UserError(f"the {sum(sizes)} {what} samples do not fill one global batch of "
+                            f"{batch_size * strategy.num_replicas_in_sync}. Lower --per_replica_batch_size, or "
+                            "prepare more data.")
+        return count
+
+    steps_per_epoch = steps(train_sizes, batch_per_replica_step, "training")
+    total_steps = args.max_steps or args.num_epochs * steps_per_epoch
+    warmup_steps = args.warmup_steps if args.warmup_steps is not None else int(args.warmup_ratio * total_steps)
+    if warmup_steps >= total_steps:
+        raise UserError(f"{warmup_steps} warmup steps leave nothing of the {total_steps} steps.")
+    return TrainingPlan(
+        num_hosts=num_hosts, replicas_per_host=replicas_per_host, batch_per_replica_step=batch_per_replica_step,
+        global_batch_size=batch_per_replica_step * strategy.num_replicas_in_sync, train_samples=sum(train_sizes),
+        steps_per_epoch=steps_per_epoch, total_steps=total_steps, warmup_steps=warmup_steps,
+        eval_every=args.eval_every_steps or steps_per_epoch, eval_samples=sum(eval_sizes),
+        eval_steps=steps(eval_sizes, args.per_replica_batch_size, "evaluation") if eval_sizes else 0)
 
 
 def host_addresses(strategy):

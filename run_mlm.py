@@ -29,14 +29,13 @@ Example (a small model on a CPU):
 """
 
 import argparse
-import dataclasses
 import logging
 import os
 import sys
 import time
 
-from devices import (Throughput, add_hardware_arguments, check_input_pipeline, check_paths_for_pod, count_hosts,
-                     host_addresses, host_index, set_up_training, strategy_name)
+from devices import (Throughput, add_hardware_arguments, check_input_pipeline, check_paths_for_pod, host_addresses,
+                     host_index, plan_training, set_up_training, strategy_name)
 from models import (ARCHITECTURES, ELECTRA_GENERATOR, check_max_length, config_overrides, count_parameters,
                     load_config, load_pretrained_model, load_tokenizer, override_config,
                     refuse_a_tokenizer_not_the_models, save_model_folder, saved_generator, weights_fingerprint,
@@ -246,12 +245,11 @@ def model_config(args, tokenizer):
         raise UserError(f"--objective electra trains an ELECTRA discriminator and generator, but "
                         f"{start or args.pretrained_model_config!r} is a {config.model_type} config. Pass an ELECTRA "
                         "config (model_type electra), e.g. a folder with ElectraConfig(...).save_pretrained().")
-    if args.objective in PAIR_OBJECTIVES:
-        if config.model_type not in PAIR_ARCHITECTURES:
-            raise UserError(f"--objective {args.objective} trains a sentence-pair head, which 🤗's TensorFlow models "
-                            f"have for {' and '.join(PAIR_ARCHITECTURES)} only, but {start or args.pretrained_model_config!r} "
-                            f"is a {config.model_type} config. Pass a BERT or ALBERT config (configs/bert-base.json), "
-                            "or train a masked LM (--objective mlm).")
+    if args.objective in PAIR_OBJECTIVES and config.model_type not in PAIR_ARCHITECTURES:
+        raise UserError(f"--objective {args.objective} trains a sentence-pair head, which 🤗's TensorFlow models have "
+                        f"for {' and '.join(PAIR_ARCHITECTURES)} only, but {start or args.pretrained_model_config!r} is "
+                        f"a {config.model_type} config. Pass a BERT or ALBERT config (configs/bert-base.json), or train "
+                        "a masked LM (--objective mlm).")
     if config.model_type not in ARCHITECTURES:
         logger.warning("%s is not among the architectures tested with this pipeline (README, \"Architectures\"): it "
                        "may fail at its first step, and it gets no PyTorch copy.", config.model_type)
@@ -362,53 +360,7 @@ def build_trainer(args, config, tokenizer, plan, jit_compile, train_files, gener
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# How long it trains
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainingPlan:
-    num_hosts: int
-    replicas_per_host: int
-    batch_per_replica_step: int  # Samples a replica reads per optimizer step: all its micro-batches.
-    global_batch_size: int
-    train_samples: int
-    steps_per_epoch: int
-    total_steps: int
-    warmup_steps: int
-    eval_every: int  # Steps per round; each round ends with an evaluation.
-    eval_samples: int
-    eval_steps: int
-
-
-def plan_training(args, strategy, train_sizes, eval_sizes):
-    """Batch sizes and step counts, from the shard sizes and the hosts and replicas. Every host reads its own shards
-    (see make_dataset), so an epoch is as many steps as the host with the fewest samples fills."""
-    num_hosts = count_hosts(strategy)
-    replicas_per_host = strategy.num_replicas_in_sync // num_hosts
-    batch_per_replica_step = args.per_replica_batch_size * args.gradient_accumulation_steps
-
-    def steps(sizes, batch_size, what):
-        if len(sizes) < num_hosts:
-            raise UserError(f"{num_hosts} hosts need at least {num_hosts} shard files, one per host, but "
-                            f"there are {len(sizes)}. Write the shards again with a smaller --shard_size.")
-        count = min(sum(sizes[host::num_hosts]) for host in range(num_hosts)) // batch_size // replicas_per_host
-        if count == 0:
-            raise UserError(f"the {sum(sizes)} {what} samples do not fill one global batch of "
-                            f"{batch_size * strategy.num_replicas_in_sync}. Lower --per_replica_batch_size, or "
-                            "prepare more data.")
-        return count
-
-    steps_per_epoch = steps(train_sizes, batch_per_replica_step, "training")
-    total_steps = args.max_steps or args.num_epochs * steps_per_epoch
-    warmup_steps = args.warmup_steps if args.warmup_steps is not None else int(args.warmup_ratio * total_steps)
-    if warmup_steps >= total_steps:
-        raise UserError(f"{warmup_steps} warmup steps leave nothing of the {total_steps} steps.")
-    return TrainingPlan(
-        num_hosts=num_hosts, replicas_per_host=replicas_per_host, batch_per_replica_step=batch_per_replica_step,
-        global_batch_size=batch_per_replica_step * strategy.num_replicas_in_sync, train_samples=sum(train_sizes),
-        steps_per_epoch=steps_per_epoch, total_steps=total_steps, warmup_steps=warmup_steps,
-        eval_every=args.eval_every_steps or steps_per_epoch, eval_samples=sum(eval_sizes),
-        eval_steps=steps(eval_sizes, args.per_replica_batch_size, "evaluation") if eval_sizes else 0)
+# The rounds of training
 
 
 def fit_calls(start_step, total_steps, round_steps):

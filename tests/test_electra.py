@@ -136,7 +136,8 @@ def test_nats_beyond_prior_is_the_loss_of_a_constant_guess_of_the_share_replaced
     sums.update(token_count=tf.constant(100.0), replaced_count=tf.constant(20.0),
                 discriminator_cross_entropy=tf.constant(30.0))
     trainer.update_metrics(sums, tf.constant([1.0, 100.0]))
-    assert float(trainer.trackers["nats_beyond_prior"].result()) == pytest.approx(-0.2 * np.log(0.2) - 0.8 * np.log(0.8) - 0.3)
+    assert float(trainer.trackers["nats_beyond_prior"].result()) == \
+        pytest.approx(-0.2 * np.log(0.2) - 0.8 * np.log(0.8) - 0.3)
     # A batch with nothing replaced: the constant guess is exact, and a loss above it is below 0.
     sums.update(replaced_count=tf.constant(0.0), discriminator_cross_entropy=tf.constant(10.0))
     trainer.reset_metrics()

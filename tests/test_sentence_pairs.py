@@ -117,7 +117,8 @@ def test_the_loss_is_the_masked_lms_mean_plus_the_pair_heads_mean_as_the_models_
     # Two micro-batches: the same sums, and gradients that reach both heads and the pooler.
     gradients, step_sums = trainer._compute_gradients(batch, counts, tf.constant([0, 0], tf.int64))
     assert float(step_sums["pair_cross_entropy"]) == pytest.approx(float(sums["pair_cross_entropy"]), rel=1e-5)
-    norms = {variable.name: float(tf.norm(gradient)) for variable, gradient in zip(model.trainable_variables, gradients)}
+    norms = {variable.name: float(tf.norm(gradient))
+             for variable, gradient in zip(model.trainable_variables, gradients)}
     for layer in ("pooler", "seq_relationship" if config_class is BertConfig else "sop_classifier", "predictions"):
         assert any(norm > 0 for name, norm in norms.items() if layer in name), layer
 
