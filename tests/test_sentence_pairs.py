@@ -5,14 +5,17 @@ they learned; and (make test-pytorch) their PyTorch copies in 🤗 Transformers 
 
 import json
 import os
+import re
+import signal
 import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from transformers import AlbertConfig, AutoTokenizer, BertConfig, TFAutoModelForPreTraining
 
-from helpers import MAX_LENGTH, REPO, run_main, tiny_mlm_args
+from helpers import MAX_LENGTH, REPO, run_main, run_script, tiny_mlm_args
 from masked_lm import SentencePairTrainer, make_pairs, mask_tokens, pair_template
 from models import with_typed_pairs
 
@@ -130,9 +133,9 @@ def bert_config_dir(tmp_path_factory):
     return config_dir
 
 
-def pair_args(shards_dir, tokenizer_dir, config_dir, output_dir, max_steps, objective="nsp"):
+def pair_args(shards_dir, tokenizer_dir, config_dir, output_dir, max_steps, objective="nsp", eval_every=4):
     return [*tiny_mlm_args(shards_dir, tokenizer_dir, config_dir, output_dir), "--objective", objective,
-            "--eval_dataset", shards_dir / "validation", "--max_steps", max_steps, "--eval_every_steps", 4,
+            "--eval_dataset", shards_dir / "validation", "--max_steps", max_steps, "--eval_every_steps", eval_every,
             "--checkpoint_every_steps", 4]
 
 
@@ -250,3 +253,33 @@ def test_transformers_5_with_pytorch_loads_the_pair_model_as_tensorflow_runs_it(
     pair_logits = tensorflow.seq_relationship_logits if objective == "nsp" else tensorflow.sop_logits
     assert np.abs(np.array(answer["pair_logits"]) - pair_logits.numpy()).max() < 1e-4
     assert np.abs(np.array(answer["prediction_logits"]) - tensorflow.prediction_logits.numpy()).max() < 1e-4
+
+
+def test_an_albert_run_on_two_replicas_with_accumulation_stops_on_sigterm_and_resumes(shards_dir, tokenizer_dir,
+                                                                                      tmp_path):
+    # The pair head's count all-reduced across replicas, the pairs and labels split into micro-batches, and the stop
+    # signal of a preempted VM: a checkpoint at the step it came, from which the same command trains on.
+    AlbertConfig(embedding_size=16, **TINY).save_pretrained(tmp_path / "config")
+    output_dir = tmp_path / "sop"
+    args = [*pair_args(shards_dir, tokenizer_dir, tmp_path / "config", output_dir, 60, "sop", eval_every=20),
+            "--num_cpu_replicas", 2, "--gradient_accumulation_steps", 2]
+    process = subprocess.Popen([sys.executable, str(REPO / "run_mlm.py"), *map(str, args)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in process.stderr:  # Once the first round has ended.
+        if " run_mlm: Step 20: " in line:
+            break
+    process.send_signal(signal.SIGTERM)
+    stderr = process.stderr.read()
+    assert process.wait(timeout=120) == 128 + signal.SIGTERM, stderr[-3000:]
+    stopped_at = int(re.search(r"Stopped by SIGTERM at step (\d+), after saving checkpoint", stderr).group(1))
+    assert 20 <= stopped_at < 60
+
+    result = run_script("run_mlm.py", *args)
+    assert f"Resuming from {output_dir}/checkpoints/ckpt-{stopped_at}, at step {stopped_at}" in result.stderr
+    assert "global batch 32 (8 per replica x 2 replicas x 2 accumulation steps)" in result.stderr
+    results = json.loads((output_dir / "training_results.json").read_text())
+    assert results["saved_model_step"] == 60 and results["objective"] == "sop"
+    for final in (results["final_train"], results["final_eval"]):
+        assert final["loss"] == pytest.approx(final["masked_lm_loss"] + final["pair_loss"], rel=0.05), final
+        assert 0 < final["pair_accuracy"] < 1 and final["pair_loss"] > 0
+    assert json.loads((output_dir / "config.json").read_text())["architectures"] == ["AlbertForPreTraining"]
