@@ -179,7 +179,8 @@ def in_background(items):
 
 # ----------------------------------------------------------------------------------------------------------------
 # Writing: the records, serialized without TensorFlow: the bytes that tf.io.TFRecordWriter writes for
-# tf.train.Example(...).SerializeToString(deterministic=True), in a third of the time (benchmarks/README.md).
+# tf.train.Example(...).SerializeToString(deterministic=True), in a third of the time (measured once, with no
+# benchmark command: in the history of benchmarks/README.md, git log -p benchmarks/README.md).
 
 
 def varint(value):

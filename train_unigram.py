@@ -191,8 +191,8 @@ def reservoir_sample(batches, size, seed):
     however the texts are batched: the draws depend on the texts' positions alone.
 
     Li's Algorithm L (ACM TOMS, 1994): instead of a draw for every text (Algorithm R), it draws how many texts to
-    pass over before the next one to take in, which pays when the corpus is many times the sample
-    (benchmarks/README.md)."""
+    pass over before the next one to take in, which pays when the corpus is many times the sample (measured once,
+    with no benchmark command: in the history of benchmarks/README.md, git log -p benchmarks/README.md)."""
     # Algorithm L, seen as: every text gets a uniform random key in (0, 1), and the sample is the `size` texts of
     # smallest keys. W is the largest key in the sample. A later text enters when its key is below W, so the texts
     # passed over before the next one to enter are a geometric number, of success probability W; it replaces the
