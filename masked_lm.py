@@ -1,9 +1,10 @@
 """Masked-LM pre-training of any 🤗 TF…ForMaskedLM with Keras `model.fit`, in one file to copy into your own
 program: it imports TensorFlow, tf-keras and NumPy, nothing else of this project.
 
-- MaskedLMTrainer: the training step (train_step, first), its loss and metrics at the masked positions only, the LM
-  head run where a prediction is needed, gradient accumulation, XLA;
-- make_dataset: one host's tf.data pipeline over TFRecord shards, masking as it goes;
+- PretrainingTrainer: the training step (train_step, first) of every objective, gradient accumulation, XLA;
+- MaskedLMTrainer: the masked LM's loss and metrics at the masked positions only, the LM head run where a prediction
+  is needed; SentencePairTrainer: BERT's and ALBERT's pre-training, the masked LM beside a sentence-pair head;
+- make_dataset: one host's tf.data pipeline over TFRecord shards, masking as it goes (make_pairs: sentence pairs);
 - mask_tokens: token, whole-word (word_start_table) or SpanBERT's span masking, 80/10/10;
 - frequency_log_probs: the baseline every figure is compared with, a table of token frequencies.
 
@@ -25,6 +26,9 @@ In your own program, under any tf.distribute strategy's scope:
         files, context, batch_size=32, max_length=128, masking=masking, seed=0, training=True,
         shuffle_buffer_size=10_000))
     trainer.fit(data, steps_per_epoch=1000)
+
+BERT's next-sentence prediction: TFAutoModelForPreTraining in a SentencePairTrainer, and make_dataset(...,
+pairs=dict(template=pair_template(tokenizer), sentence_order=False)); ALBERT's sentence order: sentence_order=True.
 """
 
 import functools
