@@ -277,9 +277,9 @@ def train(args, strategy, model, jit_compile, task, encoded, global_batch_size):
             # weighted_metrics=[]: ClassifierTrainer weighs the examples itself; this silences Keras' warning.
             trainer.compile(optimizer=optimizer, weighted_metrics=[], steps_per_execution=args.steps_per_execution)
             create_optimizer_state(optimizer, model.trainable_variables)
-        history = trainer.fit(training_dataset(*encoded["train"], global_batch_size, args.seed),
-                              validation_data=validation, epochs=epochs, callbacks=[scores, *callbacks],
-                              verbose=1 if sys.stdout.isatty() else 2)
+        # No validation_data: the scores' pass over the validation data gives Keras' validation loss too.
+        history = trainer.fit(training_dataset(*encoded["train"], global_batch_size, args.seed), epochs=epochs,
+                              callbacks=[scores, *callbacks], verbose=1 if sys.stdout.isatty() else 2)
         return trainer, history.history
 
     head_only = {}
