@@ -3,7 +3,8 @@ pre-training: it imports TensorFlow, tf-keras and NumPy, nothing else of this pr
 
 - ClassifierTrainer: the step (train_step, first), its loss (and accuracy) over the examples of weight 1 only, for
   classes or a regression;
-- ValidationScores: metrics that need every prediction at once (F1, a correlation), after each epoch;
+- ValidationScores: after each epoch, one pass over the validation data: Keras' validation loss (and accuracy), and
+  metrics that need every prediction at once (F1, a correlation);
 - training_dataset and evaluation_dataset: batches of one static shape, the last evaluation batch filled up with
   examples of weight 0, so that every example counts exactly once.
 """
@@ -59,10 +60,23 @@ class ClassifierTrainer(keras.Model):
     def test_step(self, batch):
         return self._update_metrics(*self.weighted_sums(*batch))
 
+    @tf.autograph.experimental.do_not_convert
+    def predict_step(self, batch):
+        """The batch's outputs (logits), as Keras' own predict_step gives them; its loss and correct predictions go
+        into the metrics as in test_step, so that one pass over the validation data gives both its predictions and
+        Keras' validation loss (ValidationScores)."""
+        features, targets, weights = batch
+        outputs = self(features, training=False)
+        self._update_metrics(*self._sums_of_outputs(outputs, targets, weights))
+        return outputs
+
     def _weighted_sums(self, features, targets, weights, training=False):
+        return self._sums_of_outputs(self(features, training=training), targets, weights)
+
+    def _sums_of_outputs(self, outputs, targets, weights):
         """Weighted sums of the loss and of the correct predictions (none in a regression), and the sum of the
         weights."""
-        outputs = tf.cast(self(features, training=training), tf.float32)
+        outputs = tf.cast(outputs, tf.float32)
         if self.regression:
             loss = tf.square(outputs[:, 0] - targets)
             correct = tf.zeros_like(loss)
@@ -85,17 +99,21 @@ class ClassifierTrainer(keras.Model):
 
 
 class ValidationScores(keras.callbacks.Callback):
-    """After each epoch, predicts `dataset` (an evaluation_dataset of `num_examples`) and puts what
-    `score(outputs)` returns, {name: value}, into the epoch's logs as val_{name}, where EarlyStopping, TensorBoard
-    and the history read them: metrics that Keras' running means over batches cannot give, such as F1 or a
-    correlation. Place it before the callbacks that read them."""
+    """After each epoch, predicts `dataset` (an evaluation_dataset of `num_examples`) once and puts into the epoch's
+    logs, where EarlyStopping, TensorBoard and the history read them, Keras' validation metrics of that pass (val_loss,
+    val_accuracy: ClassifierTrainer.predict_step updates them) and what `score(outputs)` returns, {name: value}, as
+    val_{name}: metrics that Keras' running means over batches cannot give, such as F1 or a correlation. It stands
+    for fit's validation_data, which would pass over the data a second time. Place it before the callbacks that read
+    the logs."""
 
     def __init__(self, dataset, num_examples, score):
         super().__init__()
         self.dataset, self.num_examples, self.score = dataset, num_examples, score
 
     def on_epoch_end(self, epoch, logs=None):
+        self.model.reset_metrics()  # As Keras' evaluate does: the metrics of this pass alone, not the training's.
         outputs = self.model.predict(self.dataset, verbose=0)[:self.num_examples]  # The padding rows come last.
+        logs.update({f"val_{metric.name}": float(metric.result()) for metric in self.model.metrics})
         logs.update({f"val_{name}": value for name, value in self.score(outputs).items()})
 
 

@@ -5,11 +5,13 @@ The encoder saved by run_mlm.py gets a new classification head (🤗 TFAutoModel
 fine-tuned with Keras `model.fit`, on the TPU, cluster, GPUs or CPU that run_mlm.py would use; --from_scratch
 trains the same architecture from random weights, the baseline that shows what pre-training bought.
 
-The data: one of GLUE's tasks (--task_name, --data_dir: the files of GLUE's download script, with the task's
-columns, labels and metrics, from tasks.GLUE_TASKS); or CSV, TSV, JSON-lines or Parquet files (local or gs://), or a
-Hub dataset, with a text column, optionally a second text (--text_pair_column: sentence pairs), and a column of label
-names (or a ClassLabel), or of numbers (--regression: one output, squared error). Without validation data, a
-stratified --validation_split_percentage of the training data is held out.
+The data: one of GLUE's tasks (--task_name, with the task's columns, labels and metrics, from tasks.GLUE_TASKS),
+from --data_dir, the files of GLUE's download script, or else from the Hub (nyu-mll/glue, as 🤗's run_glue.py reads
+it: the same examples, metrics and predictions files, but that the Hub keeps STS-B's scores to float32's 7 digits);
+or CSV, TSV, JSON-lines or Parquet files (local or gs://), or a Hub dataset, with a text column, optionally a second
+text (--text_pair_column: sentence pairs), and a column of label names (or a ClassLabel), or of numbers
+(--regression: one output, squared error). Without validation data, a stratified --validation_split_percentage of the
+training data is held out.
 
 With --head_epochs, the new head first trains alone on the frozen encoder (at --head_learning_rate), then the whole
 model trains. Of the whole model's epochs, the weights of the one with the best validation score are kept: the mean
@@ -24,7 +26,8 @@ Transformers 5 and PyTorch in {output_dir}/pytorch. The training step and the da
 tasks and metrics in tasks.py; TensorFlow, and what imports it, is imported in the functions that use it, once the
 flags are parsed: --help and a mistyped flag answer at once.
 
-Examples (on a CPU, for the demo's small model): BANKING77 from local CSV files; GLUE's RTE.
+Examples (on a CPU, for the demo's small model): BANKING77 from local CSV files; GLUE's RTE from its folder
+(without --data_dir, from the Hub).
     python run_classification.py --model_name_or_path mlm-model --train_file banking77/train.csv \\
         --test_file banking77/test.csv --label_column category --learning_rate 1e-3 --num_epochs 4 \\
         --output_dir banking77-model --no_tpu
@@ -72,10 +75,11 @@ def parse_args(argv=None):
     source.add_argument("--dataset_name", help="A Hub dataset instead of files, e.g. PolyAI/banking77: those of "
                                                "its train, validation and test splits it has.")
     source.add_argument("--task_name", type=task_name, choices=GLUE_TASKS, metavar="{" + ",".join(GLUE_TASKS) + "}",
-                        help="A GLUE task, read from --data_dir, with its columns, labels and metrics.")
+                        help="A GLUE task, with its columns, labels and metrics: read from --data_dir, else from "
+                             "the Hub (nyu-mll/glue).")
     data.add_argument("--data_dir", help="With --task_name: the task's folder as GLUE's download script writes it "
                                          "(train.tsv, dev.tsv, and test.tsv where present; MNLI's dev_matched.tsv "
-                                         "and dev_mismatched.tsv), local or gs://.")
+                                         "and dev_mismatched.tsv), local or gs:// (default: the Hub's copy).")
     data.add_argument("--validation_file", help="Validation data, same format (default: part of the training data).")
     data.add_argument("--test_file", help="Test data, same format (default: no test); without the label column, "
                                           "its examples are predicted only.")
@@ -150,9 +154,6 @@ def parse_args(argv=None):
         if given:
             parser.error(f"--task_name {args.task_name} brings its files, columns and labels: leave out "
                          f"{', '.join(given)}.")
-        if not args.data_dir:
-            parser.error(f"--task_name {args.task_name} reads the task's files from --data_dir, the folder that "
-                         "GLUE's download script writes for it (glue_data/RTE for rte).")
     elif args.data_dir:
         parser.error("--data_dir holds the files of a GLUE task (--task_name); pass your own data with --train_file "
                      "(and --validation_file, --test_file).")
@@ -277,9 +278,9 @@ def train(args, strategy, model, jit_compile, task, encoded, global_batch_size):
             # weighted_metrics=[]: ClassifierTrainer weighs the examples itself; this silences Keras' warning.
             trainer.compile(optimizer=optimizer, weighted_metrics=[], steps_per_execution=args.steps_per_execution)
             create_optimizer_state(optimizer, model.trainable_variables)
-        history = trainer.fit(training_dataset(*encoded["train"], global_batch_size, args.seed),
-                              validation_data=validation, epochs=epochs, callbacks=[scores, *callbacks],
-                              verbose=1 if sys.stdout.isatty() else 2)
+        # No validation_data: the scores' pass over the validation data gives Keras' validation loss too.
+        history = trainer.fit(training_dataset(*encoded["train"], global_batch_size, args.seed), epochs=epochs,
+                              callbacks=[scores, *callbacks], verbose=1 if sys.stdout.isatty() else 2)
         return trainer, history.history
 
     head_only = {}

@@ -3,8 +3,9 @@
 - Task: where the texts (one, or a pair) and the labels (classes, or a regression's numbers) are, and the metrics
   the task is reported by;
 - GLUE_TASKS: GLUE's nine tasks in one table, their files as GLUE's download script writes them (the convention of
-  BERT's run_classifier.py processors and of 🤗's run_glue.py --task_name);
-- load_splits: each split's examples from CSV, TSV, JSON-lines or Parquet files, a GLUE folder or a Hub dataset;
+  BERT's run_classifier.py processors and of 🤗's run_glue.py --task_name), and their copy on the Hub (nyu-mll/glue);
+- load_splits: each split's examples from CSV, TSV, JSON-lines or Parquet files, a GLUE folder, GLUE on the Hub or a
+  Hub dataset;
 - stratified_split, sample_per_label, encode, targets_of: the validation split, the few-shot sample, the model's
   inputs and targets;
 - score_predictions, classification_diagnostics, write_predictions: metrics and predictions, for eval_results.json
@@ -37,7 +38,9 @@ class Task:
     is their mean, as GLUE ranks a task of two metrics (MRPC, QQP, STS-B). `files`: (split, file in --data_dir)
     pairs, the labelled files, "validation" choosing the epoch; `test_files`: (split, file, name of the predictions
     file that GLUE's submission takes) of the files without labels, read where present; `headerless_columns`: the
-    names of the columns of labelled files that have no header line (CoLA's).
+    names of the columns of labelled files that have no header line (CoLA's). GLUE's copy on the Hub, where it
+    differs from the files: `hub_columns`, its text, text pair and label columns; `hub_label_names`, the names of its
+    classes, in the order of `label_names` (it stores class ids); `hub_splits`, (split, its split) pairs.
     """
     text_column: str
     label_column: str
@@ -48,6 +51,9 @@ class Task:
     files: tuple[tuple[str, str], ...] = (("train", "train.tsv"), ("validation", "dev.tsv"))
     test_files: tuple[tuple[str, str, str], ...] = ()
     headerless_columns: tuple[str, ...] | None = None
+    hub_columns: tuple[str, str | None, str] | None = None
+    hub_label_names: tuple[str, ...] | None = None
+    hub_splits: tuple[tuple[str, str], ...] = ()
 
 
 def glue_task(text_column, text_pair_column, label_column, label_names, metrics, submission, **fields):
@@ -61,24 +67,36 @@ BINARY = ("0", "1")
 ENTAILMENT = ("entailment", "not_entailment")
 # GLUE's tasks, by the names of 🤗's run_glue.py. MRPC's and QQP's F1 is that of the label 1 (paraphrase,
 # duplicate); STS-B is a regression of similarity scores from 0 to 5; MNLI is scored on the dev sets of the genres
-# of its training data (matched, which chooses the epoch) and of others (mismatched).
+# of its training data (matched, which chooses the epoch) and of others (mismatched). On the Hub, the labels 0 and 1
+# have names (CoLA's 1 is acceptable), and the label column is always "label".
 GLUE_TASKS = {
     "cola": glue_task("sentence", None, "label", BINARY, ("matthews_correlation",), "CoLA.tsv",
-                      headerless_columns=("source", "label", "original_label", "sentence")),
-    "sst2": glue_task("sentence", None, "label", BINARY, ("accuracy",), "SST-2.tsv"),
-    "mrpc": glue_task("#1 String", "#2 String", "Quality", BINARY, ("f1", "accuracy"), "MRPC.tsv"),
-    "stsb": glue_task("sentence1", "sentence2", "score", None, ("pearson", "spearman"), "STS-B.tsv"),
-    "qqp": glue_task("question1", "question2", "is_duplicate", BINARY, ("f1", "accuracy"), "QQP.tsv"),
+                      headerless_columns=("source", "label", "original_label", "sentence"),
+                      hub_label_names=("unacceptable", "acceptable")),
+    "sst2": glue_task("sentence", None, "label", BINARY, ("accuracy",), "SST-2.tsv",
+                      hub_label_names=("negative", "positive")),
+    "mrpc": glue_task("#1 String", "#2 String", "Quality", BINARY, ("f1", "accuracy"), "MRPC.tsv",
+                      hub_columns=("sentence1", "sentence2", "label"),
+                      hub_label_names=("not_equivalent", "equivalent")),
+    "stsb": glue_task("sentence1", "sentence2", "score", None, ("pearson", "spearman"), "STS-B.tsv",
+                      hub_columns=("sentence1", "sentence2", "label")),
+    "qqp": glue_task("question1", "question2", "is_duplicate", BINARY, ("f1", "accuracy"), "QQP.tsv",
+                     hub_columns=("question1", "question2", "label"), hub_label_names=("not_duplicate", "duplicate")),
     "mnli": glue_task("sentence1", "sentence2", "gold_label", ("contradiction", "entailment", "neutral"),
                       ("accuracy",), None,
                       files=(("train", "train.tsv"), ("validation", "dev_matched.tsv"),
                              ("validation_mismatched", "dev_mismatched.tsv")),
                       test_files=(("test", "test_matched.tsv", "MNLI-m.tsv"),
-                                  ("test_mismatched", "test_mismatched.tsv", "MNLI-mm.tsv"))),
+                                  ("test_mismatched", "test_mismatched.tsv", "MNLI-mm.tsv")),
+                      hub_columns=("premise", "hypothesis", "label"),
+                      hub_splits=(("validation", "validation_matched"), ("test", "test_matched"))),
     "qnli": glue_task("question", "sentence", "label", ENTAILMENT, ("accuracy",), "QNLI.tsv"),
     "rte": glue_task("sentence1", "sentence2", "label", ENTAILMENT, ("accuracy",), "RTE.tsv"),
-    "wnli": glue_task("sentence1", "sentence2", "label", BINARY, ("accuracy",), "WNLI.tsv"),
+    "wnli": glue_task("sentence1", "sentence2", "label", BINARY, ("accuracy",), "WNLI.tsv",
+                      hub_label_names=("not_entailment", "entailment")),
 }
+# Where --task_name without --data_dir reads GLUE: the Hub's copy, one configuration a task, by these names.
+GLUE_ON_THE_HUB = "nyu-mll/glue"
 
 
 def task_name(text):
@@ -144,7 +162,7 @@ def load_splits(args, task):
     """{split: Examples} of the splits given (train always)."""
     import datasets  # Here, after the flags are checked: it is slow to import.
 
-    if args.train_file or args.task_name:
+    if args.train_file or (args.task_name and args.data_dir):
         paths = data_files(args, task)
         local_paths = {split: local_copy(path) for split, path in paths.items()}  # 🤗 Datasets reads local files.
         builder = data_files_format({split: [path] for split, path in local_paths.items()},
@@ -162,12 +180,13 @@ def load_splits(args, task):
             except ValueError as err:  # How 🤗 Datasets says that a file holds a header but no rows.
                 raise UserError(f"the {split} file {paths[split]!r} holds no examples ({err}).") from err
         where = {split: f"the {split} file {path!r}" for split, path in paths.items()}
+    elif args.task_name:
+        splits = glue_from_the_hub(args.task_name, task)
+        where = {split: f"the {split} data of GLUE's {args.task_name} on the Hub" for split in splits}
     else:
-        try:
-            hub_splits = datasets.load_dataset(args.dataset_name, args.dataset_config)
-        except (ConnectionError, FileNotFoundError, ValueError) as err:
-            raise UserError(f"could not load the dataset {args.dataset_name!r} from the Hub: {err}\n"
-                            "Check the name, or pass local files instead (--train_file ...).") from err
+        hub_splits = load_from_the_hub(args.dataset_name, args.dataset_config, lambda reason: (
+            f"could not load the dataset {args.dataset_name!r} from the Hub: {reason}\n"
+            "Check the name, or pass local files instead (--train_file ...)."))
         if "train" not in hub_splits:
             raise UserError(f"the dataset {args.dataset_name!r} has no train split; it has "
                             f"{sorted(hub_splits)}.")
@@ -175,6 +194,59 @@ def load_splits(args, task):
         where = {split: f"the {split} data" for split in splits}
     return {split: examples_of(dataset, task, split, where[split], args.task_name) for split, dataset in
             splits.items()}
+
+
+def load_from_the_hub(name, config, message):
+    """The 🤗 DatasetDict of a Hub dataset (or of a local folder in the Hub's layout), or a UserError of
+    `message(reason)` where it cannot be loaded."""
+    import datasets
+
+    try:
+        return datasets.load_dataset(name, config)
+    except (ConnectionError, FileNotFoundError, ValueError) as err:  # Offline, no such dataset or configuration.
+        raise UserError(message(err)) from err
+
+
+def glue_from_the_hub(task_name, task):
+    """{split: 🤗 Dataset} of GLUE's task from its copy on the Hub (GLUE_ON_THE_HUB), as its files would give them:
+    their splits, columns and label names. The test splits are GLUE's submission data, read without labels as its
+    test files are (the Hub holds -1 for each; MRPC's labels, from the corpus' own test file, are left out too, so
+    that both ways write the same files)."""
+    import datasets
+
+    hub_splits = load_from_the_hub(GLUE_ON_THE_HUB, task_name, lambda reason: (
+        f"cannot load GLUE's {task_name} from the Hub (offline?): {' '.join(str(reason).split())}. Pass --data_dir "
+        "with GLUE's task folder as its download script writes it (glue_data/RTE for rte)."))
+    names_on_the_hub = dict(task.hub_splits)
+    columns = (task.text_column, task.text_pair_column, task.label_column)
+    renamed = {hub_column: column for hub_column, column in zip(task.hub_columns or columns, columns)
+               if hub_column != column}
+    splits = {}
+    for split in [split for split, _ in task.files] + [split for split, _, _ in task.test_files]:
+        hub_split = names_on_the_hub.get(split, split)
+        if hub_split not in hub_splits:
+            if not split.startswith("test"):
+                raise UserError(f"GLUE's {task_name} on the Hub has no {hub_split} split; it has "
+                                f"{sorted(hub_splits)}. Pass --data_dir with GLUE's task folder.")
+            continue
+        dataset = hub_splits[hub_split].rename_columns(renamed)
+        if split.startswith("test"):
+            dataset = dataset.remove_columns(task.label_column)
+        elif task.label_names:
+            dataset = dataset.cast_column(task.label_column, datasets.ClassLabel(names=glue_label_names(
+                task_name, task, dataset.features[task.label_column])))
+        splits[split] = dataset
+    return splits
+
+
+def glue_label_names(task_name, task, class_label):
+    """The label names of the files for the classes of GLUE's task on the Hub (a ClassLabel), in its order."""
+    names_on_the_hub = task.hub_label_names or task.label_names
+    unknown = sorted(set(class_label.names) - set(names_on_the_hub))
+    if unknown:
+        raise UserError(f"GLUE's {task_name} on the Hub has classes that this task does not: {unknown}; its classes "
+                        f"are {list(names_on_the_hub)}. Pass --data_dir with GLUE's task folder.")
+    return [dict(zip(names_on_the_hub, task.label_names))[name] for name in class_label.names]
 
 
 def examples_of(dataset, task, split, where, task_name=None):
@@ -205,6 +277,9 @@ def examples_of(dataset, task, split, where, task_name=None):
     label_feature = dataset.features[task.label_column]
     if isinstance(label_feature, datasets.ClassLabel):  # Integers, named in the features; -1: no label.
         labels = [None if label == -1 else label_feature.int2str(label) for label in labels]
+    elif label_feature == datasets.Value("float32"):  # The numbers as written (3.8, not 3.799999952316284): the
+        # shortest texts that float32 reads back as the same numbers (STS-B's scores on the Hub).
+        labels = [None if label is None else float(str(np.float32(label))) for label in labels]
     # A row without a label can be neither learned nor scored, but the labelled rest is good data: such rows are
     # left out, not refused. (As a string, a missing label would become a class "None" of its own.)
     kept = [row for row, label in enumerate(labels)

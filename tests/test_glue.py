@@ -16,6 +16,7 @@ import sys
 import numpy as np
 import pytest
 
+import tasks
 from helpers import REPO, run_main
 from tasks import GLUE_TASKS, Examples, encode, evaluation_metrics, load_splits, score_predictions
 from test_export_model import TRANSFORMERS_5, same_answers, tensorflow_logits
@@ -32,8 +33,17 @@ def read_tsv(path, header=True):
         return list(reader)
 
 
+def read_rows(task_name, path):
+    """The rows of a task's file as dicts; CoLA's labelled files, without a header line, by the task's column names."""
+    task = GLUE_TASKS[task_name]
+    if task.headerless_columns and path.name != "test.tsv":
+        return [dict(zip(task.headerless_columns, row)) for row in read_tsv(path, header=False)]
+    return read_tsv(path)
+
+
 def task_args(task_name, data_dir):
-    return argparse.Namespace(task_name=task_name, data_dir=str(data_dir), train_file=None)
+    """The data flags of --task_name, with --data_dir unless it is None (the Hub's copy)."""
+    return argparse.Namespace(task_name=task_name, data_dir=data_dir and str(data_dir), train_file=None)
 
 
 @pytest.mark.fast
@@ -44,9 +54,7 @@ def test_each_glue_task_reads_its_files_as_the_download_script_writes_them(task_
     assert sorted(splits) == ["train", "validation"]
     for split, file in (("train", "train.tsv"), ("validation", "dev.tsv")):
         examples = splits[split]
-        rows = read_tsv(GLUE / FOLDERS[task_name] / file, header=task_name != "cola")
-        if task_name == "cola":  # No header line: source, label, original mark, sentence.
-            rows = [dict(zip(task.headerless_columns, row)) for row in rows]
+        rows = read_rows(task_name, GLUE / FOLDERS[task_name] / file)  # CoLA's: source, label, mark, sentence.
         assert len(examples) == len(rows) == (40 if split == "train" else 20)
         assert examples.rows == list(range(len(rows)))
         assert examples.texts == [row[task.text_column] for row in rows]
@@ -65,7 +73,7 @@ def write_tsv(path, header, rows):
 
 
 @pytest.mark.fast
-def test_mnli_has_two_dev_sets_and_test_files_are_data_to_predict(tmp_path):
+def test_mnli_has_two_dev_sets_and_test_files_are_data_to_predict(tmp_path, monkeypatch):
     # MNLI's layout (its files are too large to ship): the matched and mismatched dev sets, and its two test files.
     header = ["index", "genre", "sentence1", "sentence2", "gold_label"]
     labels = ["entailment", "neutral", "contradiction"]
@@ -78,6 +86,100 @@ def test_mnli_has_two_dev_sets_and_test_files_are_data_to_predict(tmp_path):
         "train": 6, "validation": 3, "validation_mismatched": 4, "test": 2}
     assert splits["test"].labels is None and splits["test"].text_pairs == ["h 0", "h 1"]
     assert splits["validation_mismatched"].labels == ["entailment", "neutral", "contradiction", "entailment"]
+    # The same from the Hub's copy, whose splits say matched where the files do not.
+    files = {"train": "train", "validation_matched": "dev_matched", "validation_mismatched": "dev_mismatched",
+             "test_matched": "test_matched"}
+    hub = hub_copy(tmp_path / "hub", "mnli", {hub_split: read_rows("mnli", tmp_path / f"{name}.tsv")
+                                              for hub_split, name in files.items()})
+    monkeypatch.setattr(tasks, "GLUE_ON_THE_HUB", str(hub))
+    assert load_splits(task_args("mnli", None), GLUE_TASKS["mnli"]) == splits
+
+
+# GLUE on the Hub (nyu-mll/glue), as 🤗 Datasets' GLUE script made it from GLUE's files: each task's text columns,
+# and the names of its classes (None: STS-B's numbers, in float32), which it stores as ids.
+HUB_LAYOUT = {"cola": (["sentence"], ["unacceptable", "acceptable"]),
+              "sst2": (["sentence"], ["negative", "positive"]),
+              "mrpc": (["sentence1", "sentence2"], ["not_equivalent", "equivalent"]),
+              "stsb": (["sentence1", "sentence2"], None),
+              "rte": (["sentence1", "sentence2"], ["entailment", "not_entailment"]),
+              "mnli": (["premise", "hypothesis"], ["entailment", "neutral", "contradiction"])}
+
+
+def hub_copy(root, task_name, splits, class_names=None):
+    """A folder in the layout of GLUE's repository on the Hub, which load_dataset reads as it reads the Hub's:
+    `splits`, {split on the Hub: rows with the files' columns}, in Parquet files
+    {task_name}/{split}-00000-of-00001.parquet with the Hub's columns and features (a label's class id: its name's
+    position, or the number the file writes, as CoLA's 1, acceptable; -1 in rows without a label, as the test splits'
+    are), and README.md's configurations naming them. `class_names`: other names than the Hub's."""
+    import datasets
+
+    task = GLUE_TASKS[task_name]
+    text_columns, hub_class_names = HUB_LAYOUT[task_name]
+    class_names = class_names or hub_class_names
+    label = datasets.Value("float32") if class_names is None else datasets.ClassLabel(names=class_names)
+    features = datasets.Features({**dict.fromkeys(text_columns, datasets.Value("string")), "label": label,
+                                  "idx": datasets.Value("int32")})
+
+    def class_id(row):
+        value = row.get(task.label_column)
+        if value is None:
+            return -1
+        if class_names is None:
+            return float(value)
+        return class_names.index(value) if value in class_names else int(value)
+
+    for split, rows in splits.items():
+        texts = {hub_column: [row[column] for row in rows]
+                 for hub_column, column in zip(text_columns, (task.text_column, task.text_pair_column))}
+        datasets.Dataset.from_dict({**texts, "label": [class_id(row) for row in rows], "idx": list(range(len(rows)))},
+                                   features=features).to_parquet(root / task_name / f"{split}-00000-of-00001.parquet")
+    configs = "".join(f"- config_name: {folder.name}\n  data_files:\n" + "".join(
+        f"  - split: {split}\n    path: {folder.name}/{split}-*\n"
+        for split in sorted(path.name.split("-")[0] for path in folder.glob("*.parquet")))
+        for folder in sorted(root.iterdir()) if folder.is_dir())
+    (root / "README.md").write_text(f"---\nconfigs:\n{configs}---\n")
+    return root
+
+
+def hub_copy_of_folder(root, task_name, folder):
+    """The Hub's copy of a task folder of glue_copy: its train.tsv, dev.tsv and test.tsv."""
+    return hub_copy(root, task_name, {split: read_rows(task_name, folder / file) for split, file in (
+        ("train", "train.tsv"), ("validation", "dev.tsv"), ("test", "test.tsv"))})
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("task_name", FOLDERS)
+def test_glue_from_the_hub_gives_the_examples_of_its_files(task_name, tmp_path, monkeypatch):
+    # --task_name without --data_dir, as 🤗's run_glue.py reads GLUE: the Hub's columns, class ids and split names, the
+    # test splits' -1 for no label; the examples, labels and rows of the files, the test split's to predict.
+    folder = glue_copy(task_name, tmp_path, test_file=True)
+    monkeypatch.setattr(tasks, "GLUE_ON_THE_HUB", str(hub_copy_of_folder(tmp_path / "hub", task_name, folder)))
+    task = GLUE_TASKS[task_name]
+    from_the_hub = load_splits(task_args(task_name, None), task)
+    from_files = load_splits(task_args(task_name, folder), task)
+    if task.regression:  # The Hub's numbers are float32: as the files write them, but for digits beyond its 7.
+        pairs = [(label, hub_label) for split in ("train", "validation")
+                 for label, hub_label in zip(from_files[split].labels, from_the_hub[split].labels)]
+        assert [pair for pair in pairs if pair[0] != pair[1]] == [(2.33333333333333, 2.3333333)]
+        for split in ("train", "validation"):
+            from_the_hub[split].labels = from_files[split].labels
+    assert from_the_hub == from_files
+    assert list(from_the_hub) == ["train", "validation", "test"] and from_the_hub["test"].labels is None
+
+
+@pytest.mark.fast
+def test_glue_from_the_hub_refuses_classes_and_splits_it_does_not_know(tmp_path, monkeypatch):
+    rows = read_rows("rte", GLUE / "RTE" / "dev.tsv")
+    other_names = hub_copy(tmp_path / "names", "rte", {"train": rows, "validation": rows},
+                           class_names=["entailment", "not_entailment", "contradiction"])
+    monkeypatch.setattr(tasks, "GLUE_ON_THE_HUB", str(other_names))
+    with pytest.raises(tasks.UserError, match=r"GLUE's rte on the Hub has classes that this task does not: "
+                                              r"\['contradiction'\]; its classes are "
+                                              r"\['entailment', 'not_entailment'\]"):
+        load_splits(task_args("rte", None), GLUE_TASKS["rte"])
+    monkeypatch.setattr(tasks, "GLUE_ON_THE_HUB", str(hub_copy(tmp_path / "splits", "rte", {"train": rows})))
+    with pytest.raises(tasks.UserError, match=r"GLUE's rte on the Hub has no validation split; it has \['train'\]"):
+        load_splits(task_args("rte", None), GLUE_TASKS["rte"])
 
 
 @pytest.mark.fast
@@ -90,8 +192,7 @@ def test_the_tasks_training_texts_for_pre_training_hold_train_and_never_dev(tmp_
     expected = []
     for task_name, folder in FOLDERS.items():
         task = GLUE_TASKS[task_name]
-        rows = read_tsv(GLUE / folder / "train.tsv", header=task_name != "cola")
-        rows = [dict(zip(task.headerless_columns, row)) for row in rows] if task_name == "cola" else rows
+        rows = read_rows(task_name, GLUE / folder / "train.tsv")
         expected += [row[column].strip() for row in rows for column in (task.text_column, task.text_pair_column)
                      if column]
     assert output.read_text(encoding="utf-8").splitlines() == expected
@@ -161,8 +262,8 @@ def glue_copy(task_name, tmp_path, test_file=False):
     if test_file:
         task = GLUE_TASKS[task_name]
         columns = [column for column in (task.text_column, task.text_pair_column) if column]
-        write_tsv(folder / "test.tsv", ["index", *columns], [[i, *(row[column] for column in columns)]
-                                                             for i, row in enumerate(read_tsv(folder / "dev.tsv"))])
+        write_tsv(folder / "test.tsv", ["index", *columns], [[i, *(row[column] for column in columns)] for i, row in
+                                                             enumerate(read_rows(task_name, folder / "dev.tsv"))])
     return folder
 
 
@@ -173,12 +274,12 @@ def fine_tune_args(model_dir, output_dir, *data):
 
 @pytest.fixture(scope="module")
 def glue_model(pretrained_model_dir, tmp_path_factory):
-    """fine_tuned(task_name): the folder of the tiny masked LM fine-tuned on that task (STS-B with a test file), run
-    once per test process."""
+    """fine_tuned(task_name): the folder of the tiny masked LM fine-tuned on that task (STS-B and MRPC with a test
+    file), run once per test process."""
     @functools.cache
     def fine_tuned(task_name):
         root = tmp_path_factory.mktemp(task_name)
-        data_dir = glue_copy(task_name, root, test_file=task_name == "stsb")
+        data_dir = glue_copy(task_name, root, test_file=task_name in ("stsb", "mrpc"))
         run_main("run_classification.py", *fine_tune_args(pretrained_model_dir, root / "model", "--task_name",
                                                           task_name, "--data_dir", data_dir))
         return root / "model"
@@ -219,6 +320,21 @@ def test_each_tasks_scores_recompute_from_the_dev_predictions_written_beside_the
     assert validation["score"] == pytest.approx(max(results["history"]["val_score"]), abs=1e-6)
     assert results["history"]["val_score"][results["best_epoch"] - 1] == max(results["history"]["val_score"])
     assert all(len(results["history"][f"val_{name}"]) == 3 for name in task.metrics)
+
+
+def test_glue_from_the_hub_fine_tunes_to_the_results_and_files_of_its_folder(glue_model, pretrained_model_dir,
+                                                                             tmp_path, monkeypatch):
+    # MRPC: other columns, named classes, F1; the same metrics and predictions files, the test split's in GLUE's
+    # submission file.
+    from_files = glue_model("mrpc")
+    folder = glue_copy("mrpc", tmp_path, test_file=True)
+    monkeypatch.setattr(tasks, "GLUE_ON_THE_HUB", str(hub_copy_of_folder(tmp_path / "hub", "mrpc", folder)))
+    output_dir = tmp_path / "model"
+    run_main("run_classification.py", *fine_tune_args(pretrained_model_dir, output_dir, "--task_name", "mrpc"))
+    assert (json.loads((output_dir / "eval_results.json").read_text()) ==
+            json.loads((from_files / "eval_results.json").read_text()))
+    for name in ("validation_predictions.tsv", "MRPC.tsv"):
+        assert (output_dir / name).read_text() == (from_files / name).read_text(), name
 
 
 def test_a_regression_learns_and_predicts_glues_test_file_in_its_submission_layout(glue_model):
@@ -273,6 +389,7 @@ def assert_refused(args, *messages, status=1):
     for message in messages:
         assert message in result.stderr, result.stderr[-3000:]
     assert "Model:" not in result.stderr and "Traceback" not in result.stderr  # Before building the model.
+    return result
 
 
 @pytest.mark.fast
@@ -281,7 +398,11 @@ def test_bad_glue_and_pair_input(pretrained_model_dir, tmp_path):
     assert_refused([*model, "--task_name", "glue", "--data_dir", GLUE],
                    "argument --task_name: invalid choice: 'glue'", "cola,sst2,mrpc,stsb,qqp,mnli,qnli,rte,wnli",
                    status=2)
-    assert_refused([*model, "--task_name", "rte"], "--task_name rte reads the task's files from --data_dir", status=2)
+    # Without --data_dir, GLUE's copy on the Hub; offline (as the tests are), one line that says what to do.
+    error = assert_refused([*model, "--task_name", "rte"]).stderr.splitlines()[-1]
+    assert error.startswith("error: cannot load GLUE's rte from the Hub (offline?): Couldn't reach 'nyu-mll/glue'")
+    assert error.endswith(". Pass --data_dir with GLUE's task folder as its download script writes it (glue_data/RTE "
+                          "for rte).")
     assert_refused([*model, "--task_name", "RTE", "--data_dir", GLUE / "RTE", "--text_column", "premise"],
                    "--task_name rte brings its files, columns and labels: leave out --text_column", status=2)
     assert_refused([*model, "--train_file", BANKING77 / "train.csv", "--data_dir", GLUE],

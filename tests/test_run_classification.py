@@ -324,6 +324,15 @@ def test_config_overrides_set_dropout_and_nothing_else(pretrained_model_dir, tmp
             config("hidden_dropout_prob=0.3,num_hidden_layers=1", *flags)
 
 
+def training_inputs(args, model_dir):
+    """What run_classification.main hands its train(): the task, the encoded splits and the model to fine-tune."""
+    tokenizer = load_tokenizer(model_dir, "", "")
+    task = task_of_flags(args)
+    label_names, splits = prepare_data(args, task)
+    encoded = {split: encode(tokenizer, examples, label_names, args.max_length) for split, examples in splits.items()}
+    return task, encoded, build_model(args, classification_config(args, label_names, tokenizer))
+
+
 def test_head_epochs_train_the_head_alone_then_the_whole_model(pretrained_model_dir, tmp_path, monkeypatch,
                                                                capsys):
     import tensorflow as tf
@@ -337,11 +346,7 @@ def test_head_epochs_train_the_head_alone_then_the_whole_model(pretrained_model_
     assert ("--head_learning_rate is the rate of the --head_epochs, which are 0: add --head_epochs N"
             in capsys.readouterr().err)
     args = parse_args([*flags, "--head_epochs", "2", "--head_learning_rate", "2e-2"])
-    tokenizer = load_tokenizer(pretrained_model_dir, "", "")
-    task = task_of_flags(args)
-    label_names, splits = prepare_data(args, task)
-    encoded = {split: encode(tokenizer, examples, label_names, args.max_length) for split, examples in splits.items()}
-    model = build_model(args, classification_config(args, label_names, tokenizer))
+    task, encoded, model = training_inputs(args, pretrained_model_dir)
 
     def encoder_weights():
         return [weight.numpy().copy() for weight in model.roberta.weights]
@@ -363,6 +368,36 @@ def test_head_epochs_train_the_head_alone_then_the_whole_model(pretrained_model_
     assert not all(np.array_equal(*pair) for pair in zip(after_the_head, encoder_weights()))
     assert len(history["head_only_loss"]) == len(history["head_only_val_score"]) == 2
     assert len(history["loss"]) == 1 and best_epoch == 1
+
+
+def test_each_epoch_passes_over_the_validation_data_once(pretrained_model_dir, tmp_path, monkeypatch):
+    # Keras' validation loss and accuracy, and the scores, from one pass: fit's own validation pass (evaluate) and
+    # the scores' predict would be two.
+    import tensorflow as tf
+
+    import classifier
+
+    args = parse_args([*map(str, fine_tune_args(pretrained_model_dir, tmp_path / "model")), "--num_epochs", "2"])
+    task, encoded, model = training_inputs(args, pretrained_model_dir)
+    passes = []
+
+    def counted(name):
+        keras_method = getattr(classifier.ClassifierTrainer, name)
+
+        def method(trainer, *args, **kwargs):
+            passes.append(name)
+            return keras_method(trainer, *args, **kwargs)
+        return method
+
+    for name in ("evaluate", "predict"):
+        monkeypatch.setattr(classifier.ClassifierTrainer, name, counted(name))
+    trainer, best_epoch, history = train(args, tf.distribute.get_strategy(), model, False, task, encoded, 8)
+    assert passes == ["predict", "predict"]
+    assert len(history["val_loss"]) == len(history["val_accuracy"]) == len(history["val_score"]) == 2
+    # The kept weights, evaluated by Keras: the loss and accuracy that the history logged for their epoch.
+    kept = trainer.evaluate(evaluation_dataset(*encoded["validation"], 8), return_dict=True, verbose=0)
+    assert kept["loss"] == pytest.approx(history["val_loss"][best_epoch - 1], rel=1e-6)
+    assert kept["accuracy"] == pytest.approx(history["val_accuracy"][best_epoch - 1], rel=1e-6)
 
 
 def test_fine_tuned_model_needs_the_same_labels(fine_tuned_dir, tmp_path):
