@@ -97,3 +97,25 @@ def test_every_module_imports_only_those_below_it_in_the_readmes_layout_table():
 
 
 README_LAYOUT = re.compile(r"## How the code is laid out\n(.*?)\n## ", re.DOTALL)
+
+
+@pytest.mark.fast
+def test_every_script_reads_in_one_sitting_and_the_trainers_share_one_step():
+    # A script is the story of its step: long ones hide it. The trainers of every objective take their step, its
+    # gradient accumulation and its metric means from masked_lm.PretrainingTrainer, not from copies of their own.
+    for script in ("train_unigram.py", "prepare_tfrecord_shards.py", "run_mlm.py", "run_classification.py",
+                   "export_model.py"):
+        assert len((REPO / script).read_text().splitlines()) < 600, script
+    defined = {}
+    for name in ("masked_lm", "electra"):
+        for node in ast.walk(ast.parse(MODULES[name].read_text())):
+            if isinstance(node, ast.ClassDef):
+                defined[node.name] = ({base.id for base in node.bases if isinstance(base, ast.Name)},
+                                      {item.name for item in node.body if isinstance(item, ast.FunctionDef)})
+    trainers = [name for name in defined if name.endswith("Trainer") and name != "PretrainingTrainer"]
+    assert {"MaskedLMTrainer", "SentencePairTrainer", "ElectraTrainer"} <= set(trainers)
+    assert {"train_step", "test_step", "_compute_gradients", "metrics"} <= defined["PretrainingTrainer"][1]
+    for name in trainers:
+        bases, methods = defined[name]
+        assert bases & {"PretrainingTrainer", "MaskedLMTrainer"}, name
+        assert not methods & {"train_step", "test_step", "_compute_gradients", "metrics"}, name

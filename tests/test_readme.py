@@ -131,3 +131,10 @@ def test_every_make_target_the_readmes_name_exists():
         named = set(re.findall(r"(?:^|`)make ([a-z][\w-]*)", readme.read_text(), flags=re.MULTILINE))
         missing = sorted(named - targets)
         assert named and not missing, f"{readme.name} names make targets that the Makefile lacks: {missing}"
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("readme,most", [("README.md", 20 * 1024), ("benchmarks/README.md", 40 * 1024)])
+def test_each_readme_stays_within_its_size(readme, most):
+    # The README is read from top to bottom by a new user; benchmarks/README.md is a reference, not a lab notebook.
+    assert len((REPO / readme).read_bytes()) <= most
