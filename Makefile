@@ -111,8 +111,12 @@ glue: glue-folder $(VENV)/.installed
 # in 128-token samples, 14,400 steps of 32 (about an hour on 2 cores), then GLUE as `make glue` runs it but with the
 # new head trained alone on the frozen encoder first (--head_epochs 3: 1.9 points ahead of random weights, not 1.0,
 # with 4,000 SST-2 sentences) and on all of SST-2's training sentences, as GLUE's protocol has it: an hour and a half
-# of fine-tuning on 2 cores, where SST2_TRAIN_EXAMPLES=4000 (a screen) takes an hour.
-HOUR := $(OUT)/glue-hour
+# of fine-tuning on 2 cores, where SST2_TRAIN_EXAMPLES=4000 (a screen) takes an hour. HOUR_CONFIG and HOUR_OBJECTIVE
+# choose the model: RoBERTa's masked LM, or BERT-Tiny's shape (configs/bert-base.json) with next-sentence prediction
+# (nsp; benchmarks/README.md, "Sentence-pair objectives"); give each recipe a HOUR folder of its own.
+HOUR ?= $(OUT)/glue-hour
+HOUR_CONFIG ?= configs/roberta-base.json
+HOUR_OBJECTIVE ?= mlm
 SST2_TRAIN_EXAMPLES ?= 67349
 glue-hour: glue-folder $(VENV)/.installed $(HUB_WIKITEXT)
 	mkdir -p $(HOUR)
@@ -123,8 +127,10 @@ glue-hour: glue-folder $(VENV)/.installed $(HUB_WIKITEXT)
 		--validation_file $(WIKITEXT)/validation.txt --tokenizer_name_or_path $(HOUR)/tokenizer --max_length 128 \
 		--output_dir $(HOUR)/tfrecords --overwrite
 	$(BIN)/python run_mlm.py --train_dataset $(HOUR)/tfrecords/train --eval_dataset $(HOUR)/tfrecords/validation \
-		--tokenizer $(HOUR)/tokenizer $(DEMO_PRETRAINING) --max_length 128 --per_replica_batch_size 32 \
-		--warmup_ratio 0.05 --max_steps 14400 --eval_every_steps 2400 --checkpoint_every_steps 2400 \
+		--tokenizer $(HOUR)/tokenizer --pretrained_model_config $(HOUR_CONFIG) --config_overrides $(DEMO_MODEL) \
+		--objective $(HOUR_OBJECTIVE) --mlm_probability 0.4 --learning_rate 2e-3 --max_length 128 \
+		--per_replica_batch_size 32 --warmup_ratio 0.05 --max_steps 14400 --eval_every_steps 2400 \
+		--checkpoint_every_steps 2400 \
 		--output_dir $(HOUR)/model --overwrite
 	$(BIN)/python benchmarks/glue.py --glue_dir $(GLUE) --model "one CPU-hour=$(HOUR)/model" --head_epochs 3 \
 		--sst2_train_examples $(SST2_TRAIN_EXAMPLES) --output_dir $(HOUR)/glue-sst2-$(SST2_TRAIN_EXAMPLES)
