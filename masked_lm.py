@@ -121,7 +121,7 @@ class PretrainingTrainer(keras.Model):
             gradients = [tf.convert_to_tensor(gradient) for gradient in tape.gradient(
                 loss, self.trained_variables, unconnected_gradients="zero")]
             gradient_sums = gradients if gradient_sums is None else [
-                total + gradient for total, gradient in zip(gradient_sums, gradients)]
+                gradient_sum + gradient for gradient_sum, gradient in zip(gradient_sums, gradients)]
             stat_sums = stats if stat_sums is None else {name: stat_sums[name] + stats[name] for name in stats}
         return gradient_sums, stat_sums
 
