@@ -31,7 +31,6 @@ BERT's next-sentence prediction: TFAutoModelForPreTraining in a SentencePairTrai
 pairs=dict(template=pair_template(tokenizer), sentence_order=False)); ALBERT's sentence order: sentence_order=True.
 """
 
-import functools
 import json
 import logging
 import math
@@ -224,6 +223,12 @@ class MaskedLMTrainer(PretrainingTrainer):
                              sums["mask_count"])
 
 
+# The 🤗 TF…ForPreTraining classes with a sentence-pair head beside the LM head, by model type, and that head's
+# layer: BERT's for next-sentence prediction, ALBERT's for sentence-order prediction (both two-way: either objective
+# trains either head).
+PAIR_HEADS = {"albert": "sop_classifier", "bert": "nsp"}
+
+
 class SentencePairTrainer(MaskedLMTrainer):
     """Trains a 🤗 TF…ForPreTraining with a masked LM and a sentence-pair head on its pooled <s> (BERT's
     next-sentence prediction, ALBERT's sentence-order prediction: the samples of make_pairs, whose "pair_labels"
@@ -249,10 +254,10 @@ class SentencePairTrainer(MaskedLMTrainer):
 
     def sums(self, batch, seed, training=False):
         outputs = self.encode(batch, training)
-        # The pair head, as the model's own call runs it: BERT's is a dense layer, ALBERT's has dropout before it.
-        head = self.mlm.nsp if self.mlm.config.model_type == "bert" else functools.partial(
-            self.mlm.sop_classifier, training=training)
-        logits = tf.cast(head(outputs.pooler_output), tf.float32)
+        # The pair head as the model's own call runs it: ALBERT's has dropout before its dense layer (BERT's, without,
+        # is not given `training`: Keras passes it only to the layers whose call takes it).
+        head = getattr(self.mlm, PAIR_HEADS[self.mlm.config.model_type])
+        logits = tf.cast(head(outputs.pooler_output, training=training), tf.float32)
         labels = batch["pair_labels"]
         correct = tf.argmax(logits, axis=-1, output_type=labels.dtype) == labels
         return {**self.masked_lm_sums(batch, outputs.last_hidden_state),

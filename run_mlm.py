@@ -46,10 +46,8 @@ from utils import (UserError, fraction, non_negative_float, non_negative_int, po
 
 logger = logging.getLogger("run_mlm")
 
-# The objectives on sentence pairs, and the architectures whose 🤗 TF…ForPreTraining has a pair head beside its LM
-# head: BERT's for next-sentence prediction, ALBERT's for sentence-order prediction (both two-way: either trains).
+# The objectives on sentence pairs, for the architectures with a pair head (masked_lm.PAIR_HEADS).
 PAIR_OBJECTIVES = {"nsp": "next-sentence prediction", "sop": "sentence-order prediction"}
-PAIR_ARCHITECTURES = ("albert", "bert")
 # The weights that a model continued on pairs may lack, a masked LM's: they start anew (TensorFlow's names, PyTorch's).
 PAIR_HEAD_LAYERS = ("pooler", "nsp___cls", "seq_relationship", "sop_classifier")
 
@@ -231,6 +229,8 @@ def distributed_datasets(args, strategy, plan, data, train_files, eval_files):
 def model_config(args, tokenizer):
     """The model config: --pretrained_model_config, --config_overrides, and the tokenizer's vocabulary and ids; or
     that of --model_name_or_path, whose weights fix every shape: dropout overrides only, and its own tokenizer."""
+    from masked_lm import PAIR_HEADS
+
     start = args.model_name_or_path
     config = load_config(start or args.pretrained_model_config,
                          "--model_name_or_path" if start else "--pretrained_model_config",
@@ -245,11 +245,12 @@ def model_config(args, tokenizer):
         raise UserError(f"--objective electra trains an ELECTRA discriminator and generator, but "
                         f"{start or args.pretrained_model_config!r} is a {config.model_type} config. Pass an ELECTRA "
                         "config (model_type electra), e.g. a folder with ElectraConfig(...).save_pretrained().")
-    if args.objective in PAIR_OBJECTIVES and config.model_type not in PAIR_ARCHITECTURES:
-        raise UserError(f"--objective {args.objective} trains a sentence-pair head, which 🤗's TensorFlow models have "
-                        f"for {' and '.join(PAIR_ARCHITECTURES)} only, but {start or args.pretrained_model_config!r} is "
-                        f"a {config.model_type} config. Pass a BERT or ALBERT config (configs/bert-base.json), or train "
-                        "a masked LM (--objective mlm).")
+    if args.objective in PAIR_OBJECTIVES and config.model_type not in PAIR_HEADS:
+        raise UserError(f"--objective {args.objective} trains a sentence-pair head, which 🤗's TensorFlow models "
+                        f"have for {' and '.join(sorted(PAIR_HEADS))} only, but "
+                        f"{start or args.pretrained_model_config!r} is a {config.model_type} config. Pass a BERT or "
+                        "ALBERT config (configs/bert-base.json, configs/albert-base.json), or train a masked LM "
+                        "(--objective mlm).")
     if config.model_type not in ARCHITECTURES:
         logger.warning("%s is not among the architectures tested with this pipeline (README, \"Architectures\"): it "
                        "may fail at its first step, and it gets no PyTorch copy.", config.model_type)

@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
+import transformers
 from transformers import (AutoConfig, AutoTokenizer, TFAutoModelForMaskedLM, TFAutoModelForSequenceClassification,
                           create_optimizer, pipeline)
 
 from classifier import ClassifierTrainer
 from devices import create_optimizer_state, set_seed
-from helpers import MAX_LENGTH, own_cross_entropy
+from helpers import MAX_LENGTH, REPO, own_cross_entropy
 from masked_lm import MaskedLMTrainer, mask_tokens, start_from_token_frequencies
 from models import ARCHITECTURES, save_model_folder, save_pytorch_copy
 
@@ -120,6 +121,16 @@ def test_trains_with_the_gathered_head_under_xla_resumes_and_fine_tunes(model_ty
     assert len(fill_mask(TEXTS[0], top_k=3)) == 3
     classify = pipeline("text-classification", model=str(classifier_folder), framework="tf", dtype=None)
     assert classify(TEXTS[1])[0]["label"] in {"LABEL_0", "LABEL_1", "LABEL_2"}
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.json")), ids=lambda path: path.name)
+def test_every_shipped_config_is_a_tested_architecture_with_a_tensorflow_class(path):
+    # What --pretrained_model_config configs/… builds: the model type of the README's table, and a TF class of
+    # Transformers 4.57 for the architecture the file names (the class that the saved config then names).
+    config = AutoConfig.from_pretrained(path)
+    assert config.model_type in ARCHITECTURES
+    assert hasattr(transformers, "TF" + config.architectures[0]), config.architectures
 
 
 @pytest.mark.fast
