@@ -304,8 +304,7 @@ def refuse_an_output_that_is_read(output, inputs, flag="--output_dir"):
         stands = how_output_stands(written, str(path))
         if stands:
             raise UserError(f"{flag} {str(output)!r} {stands}, which this run reads: its output would replace or mix "
-                            f"with its own input. Choose another {flag} (--overwrite replaces an earlier output, "
-                            "never an input).")
+                            f"with its own input. Choose another {flag}: no flag writes over what a run reads.")
 
 
 def how_output_stands(written, path):

@@ -515,12 +515,12 @@ def test_a_long_line_is_read_in_pieces_never_whole_into_the_tokens_of_the_whole(
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# An output folder that is what the run reads (issue #60): --overwrite replaces an earlier output, never an input.
+# An output folder that is what the run reads (issue #60): refused, --overwrite or not (a benchmark has no such flag).
 
 
 def output_refusal(output, stands, flag="--output_dir"):
     return (f"{flag} {str(output)!r} {stands}, which this run reads: its output would replace or mix with its own "
-            f"input. Choose another {flag} (--overwrite replaces an earlier output, never an input).")
+            f"input. Choose another {flag}: no flag writes over what a run reads.")
 
 
 @pytest.mark.fast
