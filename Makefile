@@ -113,10 +113,12 @@ glue: glue-folder $(VENV)/.installed
 # with 4,000 SST-2 sentences) and on all of SST-2's training sentences, as GLUE's protocol has it: an hour and a half
 # of fine-tuning on 2 cores, where SST2_TRAIN_EXAMPLES=4000 (a screen) takes an hour. HOUR_CONFIG and HOUR_OBJECTIVE
 # choose the model: RoBERTa's masked LM, or BERT-Tiny's shape (configs/bert-base.json) with next-sentence prediction
-# (nsp; benchmarks/README.md, "Sentence-pair objectives"); give each recipe a HOUR folder of its own.
+# (nsp; benchmarks/README.md, "Sentence-pair objectives"); HOUR_SEED, the pre-training seed. Give each recipe and
+# seed a HOUR folder of its own.
 HOUR ?= $(OUT)/glue-hour
 HOUR_CONFIG ?= configs/roberta-base.json
 HOUR_OBJECTIVE ?= mlm
+HOUR_SEED ?= 42
 SST2_TRAIN_EXAMPLES ?= 67349
 glue-hour: glue-folder $(VENV)/.installed $(HUB_WIKITEXT)
 	mkdir -p $(HOUR)
@@ -130,7 +132,7 @@ glue-hour: glue-folder $(VENV)/.installed $(HUB_WIKITEXT)
 		--tokenizer $(HOUR)/tokenizer --pretrained_model_config $(HOUR_CONFIG) --config_overrides $(DEMO_MODEL) \
 		--objective $(HOUR_OBJECTIVE) --mlm_probability 0.4 --learning_rate 2e-3 --max_length 128 \
 		--per_replica_batch_size 32 --warmup_ratio 0.05 --max_steps 14400 --eval_every_steps 2400 \
-		--checkpoint_every_steps 2400 \
+		--checkpoint_every_steps 2400 --seed $(HOUR_SEED) \
 		--output_dir $(HOUR)/model --overwrite
 	$(BIN)/python benchmarks/glue.py --glue_dir $(GLUE) --model "one CPU-hour=$(HOUR)/model" --head_epochs 3 \
 		--sst2_train_examples $(SST2_TRAIN_EXAMPLES) --output_dir $(HOUR)/glue-sst2-$(SST2_TRAIN_EXAMPLES)
