@@ -111,11 +111,11 @@ glue: glue-folder $(VENV)/.installed
 # masked LM (issue #59: ahead of RoBERTa's masked LM alone, issue #49's recipe, by 5.3 and 5.8 points on two
 # pre-training seeds), pre-trained on WikiText-2 and on the five tasks' training texts without their labels (never
 # their dev sets), in 128-token samples, 14,400 steps of 32 (about an hour on 2 cores), then GLUE as `make glue` runs
-# it but with the new head trained alone on the frozen encoder first (--head_epochs 3) and on all of SST-2's training sentences, as
-# GLUE's protocol has it: an hour and a half of fine-tuning on 2 cores, where SST2_TRAIN_EXAMPLES=4000 (a screen) takes
-# an hour. HOUR_CONFIG and HOUR_OBJECTIVE choose the model (HOUR_CONFIG=configs/roberta-base.json HOUR_OBJECTIVE=mlm:
-# issue #49's; HOUR_OBJECTIVE=sop: sentence-order labels; configs/albert-base.json: ALBERT), HOUR_SEED the
-# pre-training seed. Give each recipe and seed a HOUR folder of its own.
+# it but with the new head trained alone on the frozen encoder first (--head_epochs 3) and on all of SST-2's training
+# sentences, as GLUE's protocol has it: an hour and a half of fine-tuning on 2 cores, where SST2_TRAIN_EXAMPLES=4000
+# (a screen) takes an hour. HOUR_CONFIG and HOUR_OBJECTIVE choose the model (HOUR_CONFIG=configs/roberta-base.json
+# HOUR_OBJECTIVE=mlm: issue #49's; HOUR_OBJECTIVE=sop: sentence-order labels; configs/albert-base.json: ALBERT),
+# HOUR_SEED the pre-training seed. Give each recipe and seed a HOUR folder of its own.
 HOUR ?= $(OUT)/glue-hour
 HOUR_CONFIG ?= configs/bert-base.json
 HOUR_OBJECTIVE ?= nsp
