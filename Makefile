@@ -71,8 +71,7 @@ endif
 DEMO_LENGTH := 32
 DEMO_MODEL := hidden_size=128,num_hidden_layers=2,num_attention_heads=2,intermediate_size=512,$\
 hidden_dropout_prob=0,attention_probs_dropout_prob=0
-DEMO_PRETRAINING := --pretrained_model_config configs/roberta-base.json --config_overrides $(DEMO_MODEL) \
-	--mlm_probability 0.4 --learning_rate 2e-3
+DEMO_PRETRAINING := --config_overrides $(DEMO_MODEL) --mlm_probability 0.4 --learning_rate 2e-3
 
 demo: $(VENV)/.installed $(HUB_WIKITEXT)
 	$(BIN)/python train_unigram.py $(TOKENIZER_DATA) --vocab_size 8000 --output_dir $(OUT)/tokenizer --overwrite
@@ -83,8 +82,9 @@ demo: $(VENV)/.installed $(HUB_WIKITEXT)
 		--validation_file $(WIKITEXT)/validation.txt --tokenizer_name_or_path $(OUT)/tokenizer \
 		--max_length $(DEMO_LENGTH) --output_dir $(OUT)/tfrecords --overwrite
 	$(BIN)/python run_mlm.py --train_dataset $(OUT)/tfrecords/train --eval_dataset $(OUT)/tfrecords/validation \
-		--tokenizer $(OUT)/tokenizer $(DEMO_PRETRAINING) --max_length $(DEMO_LENGTH) --per_replica_batch_size 128 \
-		--warmup_steps 100 --max_steps 800 --eval_every_steps 200 --checkpoint_every_steps 200 \
+		--tokenizer $(OUT)/tokenizer --pretrained_model_config configs/roberta-base.json $(DEMO_PRETRAINING) \
+		--max_length $(DEMO_LENGTH) --per_replica_batch_size 128 --warmup_steps 100 --max_steps 800 \
+		--eval_every_steps 200 --checkpoint_every_steps 200 \
 		--output_dir $(OUT)/model --overwrite
 	$(BIN)/python -c 'from transformers import pipeline; \
 		fill = pipeline("fill-mask", model="$(OUT)/model", framework="tf", dtype=None); \
@@ -130,10 +130,9 @@ glue-hour: glue-folder $(VENV)/.installed $(HUB_WIKITEXT)
 		--validation_file $(WIKITEXT)/validation.txt --tokenizer_name_or_path $(HOUR)/tokenizer --max_length 128 \
 		--output_dir $(HOUR)/tfrecords --overwrite
 	$(BIN)/python run_mlm.py --train_dataset $(HOUR)/tfrecords/train --eval_dataset $(HOUR)/tfrecords/validation \
-		--tokenizer $(HOUR)/tokenizer --pretrained_model_config $(HOUR_CONFIG) --config_overrides $(DEMO_MODEL) \
-		--objective $(HOUR_OBJECTIVE) --mlm_probability 0.4 --learning_rate 2e-3 --max_length 128 \
-		--per_replica_batch_size 32 --warmup_ratio 0.05 --max_steps 14400 --eval_every_steps 2400 \
-		--checkpoint_every_steps 2400 --seed $(HOUR_SEED) \
+		--tokenizer $(HOUR)/tokenizer --pretrained_model_config $(HOUR_CONFIG) $(DEMO_PRETRAINING) \
+		--objective $(HOUR_OBJECTIVE) --max_length 128 --per_replica_batch_size 32 --warmup_ratio 0.05 \
+		--max_steps 14400 --eval_every_steps 2400 --checkpoint_every_steps 2400 --seed $(HOUR_SEED) \
 		--output_dir $(HOUR)/model --overwrite
 	$(BIN)/python benchmarks/glue.py --glue_dir $(GLUE) --model "one CPU-hour=$(HOUR)/model" --head_epochs 3 \
 		--sst2_train_examples $(SST2_TRAIN_EXAMPLES) --output_dir $(HOUR)/glue-sst2-$(SST2_TRAIN_EXAMPLES)
