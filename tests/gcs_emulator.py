@@ -471,6 +471,9 @@ class InterceptingProxy:
         self._lock = threading.Lock()
         self._connects: list[ConnectAttempt] = []
         self._requests: list[ForwardedRequest] = []
+        # Requests read but not yet recorded; forwarded_requests() waits for them.
+        self._in_flight = 0
+        self._settled = threading.Condition(self._lock)
         self._errors: list[str] = []
         self._open_sockets: set[socket.socket] = set()
         self._server: socketserver.ThreadingTCPServer | None = None
@@ -541,7 +544,10 @@ class InterceptingProxy:
             return list(self._connects)
 
     def forwarded_requests(self) -> list[ForwardedRequest]:
-        with self._lock:
+        """The requests forwarded so far, those in flight once recorded: a request is recorded after its response is
+        relayed, so its client can hold the response (and ask for this list) a moment before."""
+        with self._settled:
+            self._settled.wait_for(lambda: self._in_flight == 0, timeout=_UPSTREAM_TIMEOUT)
             return list(self._requests)
 
     def errors(self) -> list[str]:
@@ -642,6 +648,18 @@ class InterceptingProxy:
             raise _ClientClosed from None
         if not request_line:
             raise _ClientClosed
+        with self._lock:
+            self._in_flight += 1
+        try:
+            return self._relay(request_line, reader, client, host)
+        finally:
+            with self._settled:
+                self._in_flight -= 1
+                self._settled.notify_all()
+
+    def _relay(self, request_line: bytes, reader: BinaryIO, client: ssl.SSLSocket, host: str) -> bool:
+        """Relay the request that `request_line` opens, and its response; record it. Return whether to keep the
+        connection."""
         try:
             method, path, version = request_line.decode("latin-1").rstrip("\r\n").split(" ", 2)
         except ValueError:
