@@ -115,11 +115,13 @@ glue: glue-folder $(VENV)/.installed
 # sentences, as GLUE's protocol has it: an hour and a half of fine-tuning on 2 cores, where SST2_TRAIN_EXAMPLES=4000
 # (a screen) takes an hour. HOUR_CONFIG and HOUR_OBJECTIVE choose the model (HOUR_CONFIG=configs/roberta-base.json
 # HOUR_OBJECTIVE=mlm: issue #49's; HOUR_OBJECTIVE=sop: sentence-order labels; configs/albert-base.json: ALBERT),
-# HOUR_SEED the pre-training seed. Give each recipe and seed a HOUR folder of its own.
+# HOUR_SEED the pre-training seed, HOUR_FLAGS more of run_mlm.py's (a lever: HOUR_FLAGS="--pair_loss_weight 3"). Give
+# each recipe and seed a HOUR folder of its own.
 HOUR ?= $(OUT)/glue-hour
 HOUR_CONFIG ?= configs/bert-base.json
 HOUR_OBJECTIVE ?= nsp
 HOUR_SEED ?= 42
+HOUR_FLAGS ?=
 SST2_TRAIN_EXAMPLES ?= 67349
 glue-hour: glue-folder $(VENV)/.installed $(HUB_WIKITEXT)
 	mkdir -p $(HOUR)
@@ -133,7 +135,7 @@ glue-hour: glue-folder $(VENV)/.installed $(HUB_WIKITEXT)
 		--tokenizer $(HOUR)/tokenizer --pretrained_model_config $(HOUR_CONFIG) $(DEMO_PRETRAINING) \
 		--objective $(HOUR_OBJECTIVE) --max_length 128 --per_replica_batch_size 32 --warmup_ratio 0.05 \
 		--max_steps 14400 --eval_every_steps 2400 --checkpoint_every_steps 2400 --seed $(HOUR_SEED) \
-		--output_dir $(HOUR)/model --overwrite
+		$(HOUR_FLAGS) --output_dir $(HOUR)/model --overwrite
 	$(BIN)/python benchmarks/glue.py --glue_dir $(GLUE) --model "one CPU-hour=$(HOUR)/model" --head_epochs 3 \
 		--sst2_train_examples $(SST2_TRAIN_EXAMPLES) --output_dir $(HOUR)/glue-sst2-$(SST2_TRAIN_EXAMPLES)
 

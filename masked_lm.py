@@ -233,24 +233,26 @@ class SentencePairTrainer(MaskedLMTrainer):
     """Trains a 🤗 TF…ForPreTraining with a masked LM and a sentence-pair head on its pooled <s> (BERT's
     next-sentence prediction, ALBERT's sentence-order prediction: the samples of make_pairs, whose "pair_labels"
     say which), on the sum of the two losses, each a mean over the global batch: the masked LM's over its masked
-    positions, the pair head's over its samples (BERT's and ALBERT's pre-training loss).
+    positions, the pair head's over its samples, times `pair_loss_weight` (1: BERT's and ALBERT's pre-training loss;
+    0: the masked LM alone, on pairs).
 
     Metrics: MaskedLMTrainer's, with the masked LM's loss as `masked_lm_loss`; `pair_loss` and `pair_accuracy`;
-    `loss`, the sum that trains.
+    `loss`, the weighted sum that trains.
     """
 
     MASKED_LM_LOSS = "masked_lm_loss"
 
     def __init__(self, model, mask_token_id, gradient_accumulation_steps=1, jit_compile=False,
-                 frequency_log_probs=None):
+                 frequency_log_probs=None, pair_loss_weight=1.0):
         super().__init__(model, mask_token_id, gradient_accumulation_steps, jit_compile, frequency_log_probs,
                          more_metrics=["masked_lm_loss", "pair_loss", "pair_accuracy"])
+        self.pair_loss_weight = pair_loss_weight
 
     def counts(self, batch):
         return tf.concat([super().counts(batch), [tf.cast(tf.shape(batch["pair_labels"])[0], tf.float32)]], 0)
 
     def training_loss(self, sums, counts):
-        return super().training_loss(sums, counts) + sums["pair_cross_entropy"] / counts[1]
+        return super().training_loss(sums, counts) + self.pair_loss_weight * sums["pair_cross_entropy"] / counts[1]
 
     def sums(self, batch, seed, training=False):
         outputs = self.encode(batch, training)

@@ -306,9 +306,8 @@ def build_trainer(args, config, tokenizer, plan, jit_compile, train_files, gener
     """The model (new, or that of --model_name_or_path) in a compiled MaskedLMTrainer (a SentencePairTrainer for
     --objective nsp or sop), and its learning-rate schedule; or, with `generator_config` (--objective electra), an
     ELECTRA discriminator and generator (new, or those of --model_name_or_path: its generator if it has one, see
-    generator_config) in an ElectraTrainer. Call it in the
-    strategy's scope. The token counts beside the shards give the frequency baseline, and (--output_bias) a new LM
-    head's starting output bias: a loaded one keeps its own."""
+    generator_config) in an ElectraTrainer. Call it in the strategy's scope. The token counts beside the shards give
+    the frequency baseline, and (--output_bias) a new LM head's starting output bias: a loaded one keeps its own."""
     from transformers import (TFAutoModelForMaskedLM, TFAutoModelForPreTraining, TFElectraForMaskedLM,
                               TFElectraForPreTraining, create_optimizer)
 
@@ -354,8 +353,9 @@ def build_trainer(args, config, tokenizer, plan, jit_compile, train_files, gener
                                  args.gradient_accumulation_steps, jit_compile, seed=args.seed)
     else:
         trainer_class = SentencePairTrainer if args.objective in PAIR_OBJECTIVES else MaskedLMTrainer
+        pair_loss = {} if args.pair_loss_weight is None else dict(pair_loss_weight=args.pair_loss_weight)
         trainer = trainer_class(mlm, tokenizer.mask_token_id, args.gradient_accumulation_steps, jit_compile,
-                                frequency_log_probs=frequency_table)
+                                frequency_log_probs=frequency_table, **pair_loss)
     trainer.compile(optimizer=optimizer, steps_per_execution=args.steps_per_execution)
     return trainer, learning_rate
 
@@ -380,10 +380,9 @@ def fit_calls(start_step, total_steps, round_steps):
 
 
 def describe_model(config, generator_config):
-    if generator_config is None:
-        return config.model_type
-    return (f"ELECTRA discriminator (hidden size {config.hidden_size}) and generator (hidden size "
-            f"{generator_config.hidden_size}), sharing their embeddings")
+    return config.model_type if generator_config is None else (
+        f"ELECTRA discriminator (hidden size {config.hidden_size}) and generator (hidden size "
+        f"{generator_config.hidden_size}), sharing their embeddings")
 
 
 def save_model(args, trainer, tokenizer, config, results, plan):
@@ -402,7 +401,8 @@ def save_model(args, trainer, tokenizer, config, results, plan):
             f"of hidden size {trainer.generator.config.hidden_size}, saved in `{ELECTRA_GENERATOR}/` as a fill-mask "
             f"model; discriminator weight {trainer.discriminator_weight})" if electra
             else f"A {config.model_type} masked language model pre-trained on sentence pairs with "
-            f"{PAIR_OBJECTIVES[args.objective]} (`--objective {args.objective}`), its pair head kept,"
+            f"{PAIR_OBJECTIVES[args.objective]} (`--objective {args.objective}`, pair loss weight "
+            f"{trainer.pair_loss_weight}), its pair head kept,"
             if args.objective in PAIR_OBJECTIVES else f"A {config.model_type} masked language model pre-trained")
     description = f"""{what} with TensorFlow (`run_mlm.py` of a TF + 🤗 Transformers TPU pre-training pipeline),
 {origin}.
@@ -445,7 +445,7 @@ MLM_METRICS = """\
 only those whose input was `<mask>`, for the model and for a table of the training tokens' frequencies
 (`frequency_...`); `nats_beyond_frequency` is how much lower the model's cross-entropy is there than the table's."""
 PAIR_METRICS = """ The masked LM's loss is `masked_lm_loss`; the pair head's `pair_loss` and `pair_accuracy` (half the
-pairs changed: 0.5 is chance); `loss` is the sum of the two losses."""
+pairs changed: 0.5 is chance); `loss`, the masked LM's loss plus the pair loss times its weight."""
 ELECTRA_METRICS = """The generator's `generator_loss` and `generator_accuracy` at the masked positions; the
 discriminator's `discriminator_loss` and `discriminator_accuracy` over every real token, its accuracy on the tokens
 the generator replaced (`replaced_accuracy`) and on the others (`original_accuracy`); `replaced_share`, the share of
@@ -509,13 +509,13 @@ def parse_args():
                             "continuing such a pair (--model_name_or_path); or, for BERT and ALBERT, masked-LM on "
                             "sentence pairs with BERT's next-sentence prediction (nsp) or ALBERT's sentence-order "
                             "prediction (sop) (default: %(default)s).")
-    # ELECTRA's flags default to None, electra.py's values taken where they are used: given without --objective
-    # electra, they are refused (below), not ignored.
     model.add_argument("--generator_hidden_size", type=positive_float,
                        help="ELECTRA's new generator: its hidden size, feed-forward size and attention heads as a "
                             "fraction of the discriminator's (default: 0.25).")
     model.add_argument("--discriminator_weight", type=positive_float,
                        help="ELECTRA: the weight of the discriminator's loss against the generator's (default: 50).")
+    model.add_argument("--pair_loss_weight", type=non_negative_float, help="--objective nsp or sop: the pair "
+                       "loss's weight, added to the masked LM's (0: the masked LM alone, on pairs; default: 1).")
     model.add_argument("--output_bias", choices=["frequencies", "zeros"],
                        help="A new LM head's initial output bias: each token's log-frequency in the training shards "
                             "(their token_counts.json), so that the first steps need not learn it; or zeros, as 🤗 "
@@ -566,11 +566,12 @@ def parse_args():
         parser.error(f"--max_length must be at least {MIN_MAX_LENGTH}, got {args.max_length}: shorter samples leave "
                      "too few tokens to mask, with too little context. Write shards of 128 tokens, or at least "
                      f"{MIN_MAX_LENGTH}, with prepare_tfrecord_shards.py.")
-    electra_flags = " and ".join(flag for flag in ("--generator_hidden_size", "--discriminator_weight")
-                                 if getattr(args, flag.removeprefix("--")) is not None)
-    if electra_flags and args.objective != "electra":  # ELECTRA was most likely meant: not hours of a masked LM.
-        parser.error(f"this command trains a masked LM (no --objective electra), which ignores ELECTRA's "
-                     f"{electra_flags}. Add --objective electra, or drop {electra_flags}.")
+    # One objective's flag with another: that objective was most likely meant (the flags default to None to tell).
+    for flag, objectives in (("--generator_hidden_size", ["electra"]), ("--discriminator_weight", ["electra"]),
+                             ("--pair_loss_weight", list(PAIR_OBJECTIVES))):
+        if getattr(args, flag.removeprefix("--")) is not None and args.objective not in objectives:
+            parser.error(f"{flag} is a flag of --objective {' or '.join(objectives)}, and this command trains "
+                         f"--objective {args.objective}: add --objective {objectives[0]}, or drop {flag}.")
     if args.cls_bag_of_words and args.objective != "mlm":
         parser.error(f"--cls_bag_of_words is a masked LM's loss at <s>, and --objective {args.objective} trains "
                      f"{'ELECTRA' if args.objective == 'electra' else 'a pair head there'}: drop one of the two.")

@@ -45,10 +45,15 @@ from utils import UserError
     (run_mlm, ["--config_overrides", "attention_probs_dropout_prob=-0.1"],
      "attention_probs_dropout_prob is a dropout rate: it must be in [0, 1), got -0.1"),
     (run_mlm, ["--config_overrides", "num_hidden_layers=0"], "num_hidden_layers must be a positive number, got 0"),
-    # ELECTRA's flags without --objective electra: the masked LM trained would ignore them, even at their defaults.
-    (run_mlm, ["--generator_hidden_size", "0.5"], "this command trains a masked LM (no --objective electra), which "
-     "ignores ELECTRA's --generator_hidden_size. Add --objective electra, or drop --generator_hidden_size."),
-    (run_mlm, ["--objective", "mlm", "--discriminator_weight", "50"], "ignores ELECTRA's --discriminator_weight."),
+    # One objective's flags with another: the run would ignore them, even at their defaults.
+    (run_mlm, ["--generator_hidden_size", "0.5"], "--generator_hidden_size is a flag of --objective electra, and this "
+     "command trains --objective mlm: add --objective electra, or drop --generator_hidden_size."),
+    (run_mlm, ["--objective", "nsp", "--discriminator_weight", "50"], "--discriminator_weight is a flag of --objective "
+     "electra, and this command trains --objective nsp"),
+    (run_mlm, ["--objective", "electra", "--pair_loss_weight", "0"], "--pair_loss_weight is a flag of --objective nsp "
+     "or sop, and this command trains --objective electra: add --objective nsp, or drop --pair_loss_weight."),
+    (run_mlm, ["--objective", "sop", "--pair_loss_weight=-1"],
+     "argument --pair_loss_weight: must be 0 or more, got -1"),
     (run_mlm, ["--objective", "electra", "--cls_bag_of_words"], "--cls_bag_of_words is a masked LM's loss at <s>, "
      "and --objective electra trains ELECTRA: drop one of the two."),
     (run_mlm, ["--objective", "sop", "--cls_bag_of_words"], "--objective sop trains a pair head there: drop one"),
@@ -59,7 +64,8 @@ from utils import UserError
     (run_classification, ["--model_name_or_path", "m", "--train_file", "t.csv", "--weight_decay_rate", "-1"],
      "argument --weight_decay_rate: must be 0 or more, got -1"),
     (run_classification, ["--model_name_or_path", "m", "--train_file", "t.csv", "--config_overrides",
-                          "hidden_dropout_prob=1"], "hidden_dropout_prob is a dropout rate: it must be in [0, 1), got 1"),
+                          "hidden_dropout_prob=1"],
+     "hidden_dropout_prob is a dropout rate: it must be in [0, 1), got 1"),
 ])
 def test_hyper_parameters_out_of_their_domain_are_refused_with_the_range(script, argv, message, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", [f"{script.__name__}.py", *argv])

@@ -93,8 +93,9 @@ def tiny_pair_model(config_class, **overrides):
     return model
 
 
-@pytest.mark.parametrize("config_class", [BertConfig, AlbertConfig])
-def test_the_loss_is_the_masked_lms_mean_plus_the_pair_heads_mean_as_the_models_own_call_gives_them(config_class):
+@pytest.mark.parametrize("config_class, pair_loss_weight", [(BertConfig, None), (AlbertConfig, 0.3)])
+def test_the_loss_is_the_masked_lms_mean_plus_the_pair_heads_weighted_mean_as_the_models_own_call_gives_them(
+        config_class, pair_loss_weight):
     # No dropout (ALBERT's pair head has its own): the micro-batches must give what one batch gives.
     model = tiny_pair_model(config_class, **({"embedding_size": 16, "classifier_dropout_prob": 0.0}
                                              if config_class is AlbertConfig else {}))
@@ -105,7 +106,8 @@ def test_the_loss_is_the_masked_lms_mean_plus_the_pair_heads_mean_as_the_models_
     batch = {**pairs, **mask_tokens(pairs["input_ids"], tf.constant([7, 8], tf.int64), mask_token_id=4,
                                     special_token_ids=[0, 1, 2, 3, 4], vocab_size=50, mlm_probability=0.3,
                                     max_predictions=8)}
-    trainer = SentencePairTrainer(model, 4, gradient_accumulation_steps=2)
+    trainer = SentencePairTrainer(model, 4, gradient_accumulation_steps=2,
+                                  **({} if pair_loss_weight is None else {"pair_loss_weight": pair_loss_weight}))
     counts = trainer.counts(batch)
     sums = trainer.sums(batch, seed=None)
     # The model's own call: the LM head at every position, the pair head on the pooled <s>.
@@ -116,7 +118,8 @@ def test_the_loss_is_the_masked_lms_mean_plus_the_pair_heads_mean_as_the_models_
     masked_lm = tf.reduce_mean(tf.boolean_mask(tf.nn.sparse_softmax_cross_entropy_with_logits(
         tf.where(chosen, batch["labels"], 0), outputs.prediction_logits), chosen))
     pair = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(batch["pair_labels"], pair_logits))
-    assert float(trainer.training_loss(sums, counts)) == pytest.approx(float(masked_lm + pair), rel=1e-5)
+    assert float(trainer.training_loss(sums, counts)) == pytest.approx(  # BERT's and ALBERT's own sum by default.
+        float(masked_lm + (pair_loss_weight or 1) * pair), rel=1e-5)
     # Two micro-batches: the same sums, and gradients that reach both heads and the pooler.
     gradients, step_sums = trainer._compute_gradients(batch, counts, tf.constant([0, 0], tf.int64))
     assert float(step_sums["pair_cross_entropy"]) == pytest.approx(float(sums["pair_cross_entropy"]), rel=1e-5)
