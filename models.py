@@ -6,11 +6,13 @@ without them.
 """
 
 import argparse
+import contextlib
 import copy
 import functools
 import hashlib
 import json
 import logging
+import math
 import os
 
 from shards import vocabulary_fingerprint
@@ -131,8 +133,12 @@ def override_config(config, overrides):
 def config_overrides(text):
     """An argparse type: --config_overrides as given ("name=value,..."), its rates and sizes checked here; the names
     and the other values are checked once the config is loaded (run_mlm.py's model_config). A dropout rate of 1 or
-    more, or a size of 0, would train a model that cannot learn, or fail deep in Keras."""
+    more, a size of 0, or a number that is NaN or infinite would train a model that cannot learn, or fail deep in
+    Keras."""
     for name, _, value in (pair.partition("=") for pair in text.split(",")):
+        with contextlib.suppress(ValueError):  # Numbers only: a value may be a name (gelu), None or true.
+            if not math.isfinite(float(value)):
+                raise argparse.ArgumentTypeError(f"{name} must be a finite number, got {value}")
         if "dropout" in name and value != "None" and not 0 <= float(value) < 1:
             raise argparse.ArgumentTypeError(f"{name} is a dropout rate: it must be in [0, 1), got {value}")
         if (name.endswith("_size") or name.startswith("num_") or name == "max_position_embeddings") \

@@ -47,8 +47,8 @@ from corpus import add_corpus_arguments, data_files_format, iter_text_file_batch
 from models import load_backend_tokenizer
 from shards import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, finish_split, plan_parts, start_split,
                     write_part)
-from utils import (UserError, check_gcs_path, check_output_dir, file_size, out_of_space_named, positive_int,
-                   refuse_an_output_that_is_read)
+from utils import (UserError, check_gcs_path, check_output_dir, file_size, out_of_space_named, positive_float,
+                   positive_int, refuse_an_output_that_is_read)
 
 logger = logging.getLogger("prepare_tfrecord_shards")
 
@@ -102,7 +102,7 @@ def parse_args():
                            "follow and are passed to it (Dataflow: --project, --region, --temp_location, "
                            "--worker_machine_type, --max_num_workers, --requirements_file, --setup_file, ...), and "
                            "--num_workers, if given (Dataflow: its initial number of machines).")
-    beam.add_argument("--part_size_mb", type=float, default=DEFAULT_PART_SIZE_MB,
+    beam.add_argument("--part_size_mb", type=positive_float, default=DEFAULT_PART_SIZE_MB,
                       help="With --runner: each text or JSON-lines file is cut into parts of at most this many MiB, "
                            "each written by one worker core; a Parquet file is one part (default: %(default)s).")
     args, args.beam_args = parser.parse_known_args()
@@ -112,8 +112,6 @@ def parse_args():
         parser.error(f"--max_length must be at least {MIN_MAX_LENGTH}, got {args.max_length}: shorter samples "
                      "leave too few tokens to mask, with too little context. Pass --max_length 128, or at least "
                      f"{MIN_MAX_LENGTH}.")
-    if args.part_size_mb <= 0:
-        parser.error(f"--part_size_mb must be a positive number, got {args.part_size_mb}.")
     return args
 
 

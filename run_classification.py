@@ -49,8 +49,8 @@ from models import (check_max_length, config_overrides, load_config, load_pretra
 from tasks import (GLUE_TASKS, encode, evaluation_metrics, label_names_of, load_splits, predictions_file,
                    predictions_of, sample_per_label, score_predictions, stratified_split, task_name, task_of_flags,
                    write_predictions)
-from utils import (UserError, check_output_dir, fraction, non_negative_float, non_negative_int, positive_float,
-                   positive_int, save_folder)
+from utils import (UserError, check_output_dir, finite_float, fraction, non_negative_float, non_negative_int,
+                   positive_float, positive_int, save_folder)
 
 logger = logging.getLogger("run_classification")
 
@@ -60,9 +60,10 @@ COLUMN_FLAGS = {"text_column": "text", "text_pair_column": None, "label_column":
 
 def percentage(text):
     """An argparse type: a number between 0 and 100, both excluded."""
-    if not 0 < float(text) < 100:
+    value = finite_float(text)
+    if not 0 < value < 100:
         raise argparse.ArgumentTypeError(f"must be between 0 and 100, got {text}")
-    return float(text)
+    return value
 
 
 def parse_args(argv=None):

@@ -18,6 +18,7 @@ import functools
 import glob
 import io
 import logging
+import math
 import os
 import posixpath
 import re
@@ -45,39 +46,54 @@ def positive_int(text):
     return int(text)
 
 
+def finite_float(text):
+    """An argparse type: a number, but neither NaN nor infinity, which no run can use: a weight or rate of inf makes
+    the loss NaN at the first step ("argument --pair_loss_weight: must be a finite number, got inf"). Every float
+    flag's type is this one or builds on it."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
 def fraction(text):
     """An argparse type: a number in [0, 1)."""
-    if not 0 <= float(text) < 1:
+    value = finite_float(text)
+    if not 0 <= value < 1:
         raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
-    return float(text)
+    return value
 
 
 def probability(text):
     """An argparse type: a number in (0, 1), 0 and 1 excluded (a masking rate)."""
-    if not 0 < float(text) < 1:
+    value = finite_float(text)
+    if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"must be in (0, 1), 0 and 1 excluded, got {text}")
-    return float(text)
+    return value
 
 
 def share(text):
     """An argparse type: a number in (0, 1], 0 excluded (the share of chosen tokens that become <mask>)."""
-    if not 0 < float(text) <= 1:
+    value = finite_float(text)
+    if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"must be in (0, 1], 0 excluded, got {text}")
-    return float(text)
+    return value
 
 
 def positive_float(text):
-    """An argparse type: a number above 0 (a learning rate). NaN is refused too: no comparison holds for it."""
-    if not float(text) > 0:
+    """An argparse type: a number above 0 (a learning rate)."""
+    value = finite_float(text)
+    if value <= 0:
         raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
-    return float(text)
+    return value
 
 
 def non_negative_float(text):
     """An argparse type: a number of 0 or more (a weight decay rate)."""
-    if not float(text) >= 0:
+    value = finite_float(text)
+    if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return float(text)
+    return value
 
 
 def non_negative_int(text):

@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 from common import REPO, describe_machine, load_average, print_table
-from utils import UserError, refuse_an_output_that_is_read
+from utils import UserError, positive_float, refuse_an_output_that_is_read
 
 BANKING77 = REPO / "tests" / "data" / "banking77"
 # Without data flags: the 6-intent slice of BANKING77 shipped for the tests.
@@ -48,7 +48,8 @@ def parse_args():
     parser.add_argument("--examples_per_label", type=int, default=10, help="K of the few-shot runs (default: 10).")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="(default: %(default)s)")
     parser.add_argument("--max_length", type=int, default=32, help="Tokens per text (default: %(default)s).")
-    parser.add_argument("--learning_rate", type=float, default=1e-3, help="Fine-tuning (default: %(default)s).")
+    parser.add_argument("--learning_rate", type=positive_float, default=1e-3,
+                        help="Fine-tuning (default: %(default)s).")
     parser.add_argument("--few_shot_epochs", type=int, default=30, help="(default: %(default)s)")
     parser.add_argument("--full_data_epochs", type=int, default=4, help="(default: %(default)s)")
     parser.add_argument("--full_data", action="store_true", help="Also fine-tune on all the training data.")

@@ -46,7 +46,7 @@ from sklearn.pipeline import make_pipeline
 
 from common import REPO, describe_machine, load_average, print_table
 import tasks
-from utils import UserError, exists, positive_int, refuse_an_output_that_is_read
+from utils import UserError, exists, positive_float, positive_int, refuse_an_output_that_is_read
 
 # The five tasks: GLUE's folder, the tokens per example (where 99 % of the training examples fit with the demo's
 # tokenizer; RTE's premises run longer, cut at BERT's 128), and the columns of the table.
@@ -71,7 +71,7 @@ def parse_args():
                         help="A pre-trained model and its name in the table; repeat for several. Needed but with "
                              "--summary_only.")
     parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS), help="(default: all five)")
-    parser.add_argument("--learning_rates", type=float, nargs="+", default=[1e-3],
+    parser.add_argument("--learning_rates", type=positive_float, nargs="+", default=[1e-3],
                         help="The grid: each model and task keeps the best (default: %(default)s, the demo's).")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="(default: %(default)s)")
     parser.add_argument("--num_epochs", type=positive_int, default=3, help="(default: %(default)s)")

@@ -13,6 +13,7 @@ import json
 import os
 
 from common import describe_machine, load_average, print_table
+from utils import probability
 
 
 def parse_args():
@@ -20,7 +21,7 @@ def parse_args():
     parser.add_argument("models", nargs="+", metavar="NAME=FOLDER", help="Folders saved by run_mlm.py.")
     parser.add_argument("--eval_dataset", required=True, help="The evaluation shards (a split folder).")
     parser.add_argument("--max_length", type=int, default=128)
-    parser.add_argument("--mlm_probability", type=float, default=0.15)
+    parser.add_argument("--mlm_probability", type=probability, default=0.15)
     parser.add_argument("--batch_size", type=int, default=128)
     parser.add_argument("--seed", type=int, default=42, help="Of the evaluation masks (default: run_mlm.py's).")
     return parser.parse_args()

@@ -19,7 +19,10 @@ others called replaced, and nats beyond prior (the constant guess's loss less th
 import argparse
 
 import numpy as np
+
+from common import REPO  # noqa: F401 (puts the repository's modules on the path; offline before 🤗's imports)
 from transformers import AutoTokenizer
+from utils import probability
 
 
 def token_ids(tokenizer, path):
@@ -52,14 +55,18 @@ class BigramTable:
         return (count + self.smoothing * self.unigram[token]) / (self.follower_counts[previous] + self.smoothing)
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokenizer", required=True, help="The tokenizer of the shards (a folder).")
     parser.add_argument("--train_file", nargs="+", required=True, help="The training text: the table's counts.")
     parser.add_argument("--validation_file", required=True, help="The text to corrupt and score.")
-    parser.add_argument("--mlm_probability", type=float, default=0.15)
+    parser.add_argument("--mlm_probability", type=probability, default=0.15)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main():
+    args = parse_args()
 
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     table = BigramTable(np.concatenate([token_ids(tokenizer, path) for path in args.train_file]), len(tokenizer))

@@ -3,6 +3,7 @@ disk, a damaged checkpoint, two runs in one output folder, a huge line; an outpu
 Each ends in a clear message, in-process where it can: no traceback, nothing lost."""
 
 import argparse
+import importlib
 import json
 import os
 import shutil
@@ -30,7 +31,10 @@ from utils import UserError
 @pytest.mark.parametrize("script,argv,message", [
     (run_mlm, ["--learning_rate", "-1"], "argument --learning_rate: must be above 0, got -1"),
     (run_mlm, ["--learning_rate", "0"], "argument --learning_rate: must be above 0, got 0"),
-    (run_mlm, ["--learning_rate", "nan"], "argument --learning_rate: must be above 0, got nan"),
+    (run_mlm, ["--learning_rate", "nan"], "argument --learning_rate: must be a finite number, got nan"),
+    # Issue #66: a weight of inf made the first step's loss NaN, and the message blamed the learning rate.
+    (run_mlm, ["--objective", "nsp", "--pair_loss_weight", "inf"],
+     "argument --pair_loss_weight: must be a finite number, got inf"),
     (run_mlm, ["--weight_decay_rate", "-0.1"], "argument --weight_decay_rate: must be 0 or more, got -0.1"),
     (run_mlm, ["--warmup_steps", "-5"], "argument --warmup_steps: must be 0 or more, got -5"),
     (run_mlm, ["--warmup_ratio", "1"], "argument --warmup_ratio: must be in [0, 1), got 1"),
@@ -61,6 +65,11 @@ from utils import UserError
      "it 2 or more."),
     (run_classification, ["--model_name_or_path", "m", "--train_file", "t.csv", "--learning_rate=-1e-3"],
      "argument --learning_rate: must be above 0, got -1e-3"),
+    (run_classification, ["--model_name_or_path", "m", "--train_file", "t.csv", "--learning_rate", "inf"],
+     "argument --learning_rate: must be a finite number, got inf"),
+    (run_classification, ["--model_name_or_path", "m", "--train_file", "t.csv", "--config_overrides",
+                          "hidden_dropout_prob=0.1,initializer_range=nan"],
+     "argument --config_overrides: initializer_range must be a finite number, got nan"),
     (run_classification, ["--model_name_or_path", "m", "--train_file", "t.csv", "--weight_decay_rate", "-1"],
      "argument --weight_decay_rate: must be 0 or more, got -1"),
     (run_classification, ["--model_name_or_path", "m", "--train_file", "t.csv", "--config_overrides",
@@ -74,6 +83,44 @@ def test_hyper_parameters_out_of_their_domain_are_refused_with_the_range(script,
     assert exit_info.value.code == 2
     error = capsys.readouterr().err
     assert message in error and "Traceback" not in error
+
+
+# The scripts and the benchmarks, each with its parse_args().
+SCRIPTS = ["train_unigram", "prepare_tfrecord_shards", "run_mlm", "run_classification", "export_model",
+           *sorted(path.stem for path in (REPO / "benchmarks").glob("*.py") if path.stem != "common")]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_float_flag_refuses_nan_and_infinity_when_parsed(script, monkeypatch):
+    # Issue #66: --pair_loss_weight inf was accepted, and the run stopped at its first step blaming the learning rate.
+    # Each flag whose type makes a float of "0.5", whatever the type, is checked: a new one with type=float too.
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    module = importlib.import_module(script)
+    parsers = []
+
+    def catch_the_parser(parser, *args, **kwargs):
+        parsers.append(parser)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", catch_the_parser)  # parse_args calls it too.
+    with pytest.raises(SystemExit):
+        module.parse_args()
+    float_flags = [action for action in parsers[0]._actions if isinstance(parsed_or_none(action.type, "0.5"), float)]
+    for action in float_flags:
+        for text in ("nan", "inf", "-inf", "1e999"):
+            with pytest.raises(argparse.ArgumentTypeError, match=f"^must be a finite number, got {text}$"):
+                action.type(text)
+    if script == "run_mlm":  # The search finds what it looks for.
+        assert {"--pair_loss_weight", "--learning_rate"} <= {action.option_strings[0] for action in float_flags}
+
+
+def parsed_or_none(argument_type, text):
+    """What the argparse type `argument_type` (None: a string, or no value) makes of `text`; None if it refuses it."""
+    try:
+        return argument_type(text)
+    except (TypeError, ValueError, argparse.ArgumentTypeError):
+        return None
 
 
 @pytest.mark.fast
