@@ -5,7 +5,7 @@
   every script that looks for a checkpoint uses), read whole before it is restored; the config and tokenizer the
   checkpoints belong to, beside them;
 - checkpoints every N steps and before stopping on SIGTERM or SIGINT (a preempted VM, Ctrl-C), the hosts of a
-  multi-worker run agreeing on the step; a NaN loss stops the run;
+  multi-worker run agreeing on the step; a NaN loss stops the run (and a fine-tuning run: StopAtNonFiniteLoss);
 - training_results.json and the logs at the end of each round (TensorBoard, speed, MFU), and at the run's end a
   warning when the model learned next to nothing from the context; a full disk named with what is safe.
 
@@ -401,33 +401,58 @@ def restore_last_checkpoint(args, trainer, is_chief):
     return tf.train.CheckpointManager(checkpoint, directory if is_chief else tempfile.mkdtemp(), max_to_keep=3)
 
 
-class CheckpointAndStop(keras.callbacks.Callback):
-    """Saves a checkpoint every `every_steps` steps and at the last one. SIGTERM (a preempted VM) and SIGINT (Ctrl-C)
-    take effect at the end of the step: a checkpoint is saved, then the script exits with the shell's code for the
-    signal; during a round's evaluation, the checkpoint comes at the end of its batch, and the evaluation finishes
-    before the exit. The hosts of a multi-worker job agree on that step, whichever was signalled: one that left alone
-    would leave the others waiting in a collective operation. A NaN or infinite loss stops training with no checkpoint
-    after it. (Keras' BackupAndRestore refuses OneDeviceStrategy and numbers checkpoints by save, not step;
-    tf.distribute's PreemptionCheckpointHandler ignores SIGTERM on Cloud TPU, CPU and GPU VMs.)"""
+class StopAtNonFiniteLoss(keras.callbacks.Callback):
+    """Stops training at the end of the first step whose loss is NaN or infinite, and records that step in
+    `diverged_at_step` (None while the loss is finite): the script then stops with a UserError that says what to do,
+    and saves nothing of the weights after it. The hosts of a multi-worker job agree on that step, whichever saw it:
+    one that left alone would leave the others waiting in a collective operation. Pre-training (CheckpointAndStop)
+    and fine-tuning both stop so. (Keras' TerminateOnNaN neither says that it stopped nor agrees across hosts.)"""
 
-    def __init__(self, manager, every_steps, strategy, start_step, is_chief):
+    def __init__(self, strategy):
         super().__init__()
-        self.manager, self.every_steps, self.strategy, self.is_chief = manager, every_steps, strategy, is_chief
-        self.last_saved_step = start_step
+        self.strategy = strategy
         # One process drives every host of a TPU pod slice; a multi-worker job has a process per host.
         self.hosts_must_agree = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) \
             and count_hosts(strategy) > 1
+        self.diverged_at_step = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.check(diverged=not math.isfinite(float(logs["loss"])))
+
+    def check(self, diverged):
+        [diverged] = self.on_any_host([diverged])
+        if diverged:
+            self.diverged_at_step = int(self.model.optimizer.iterations.numpy())
+            self.model.stop_training = True
+
+    def on_any_host(self, flags):
+        """Each of `flags` true where it is true on any host: one small all-reduce per step."""
+        if not self.hosts_must_agree:
+            return flags
+        values = self.strategy.run(lambda: tf.constant([float(flag) for flag in flags]))
+        return [bool(total > 0) for total in self.strategy.reduce("SUM", values, axis=None)]
+
+
+class CheckpointAndStop(StopAtNonFiniteLoss):
+    """Saves a checkpoint every `every_steps` steps and at the last one. SIGTERM (a preempted VM) and SIGINT (Ctrl-C)
+    take effect at the end of the step: a checkpoint is saved, then the script exits with the shell's code for the
+    signal; during a round's evaluation, the checkpoint comes at the end of its batch, and the evaluation finishes
+    before the exit. The hosts of a multi-worker job agree on that step, whichever was signalled. A NaN or infinite
+    loss stops training with no checkpoint after it. (Keras' BackupAndRestore refuses OneDeviceStrategy and numbers
+    checkpoints by save, not step; tf.distribute's PreemptionCheckpointHandler ignores SIGTERM on Cloud TPU, CPU and
+    GPU VMs.)"""
+
+    def __init__(self, manager, every_steps, strategy, start_step, is_chief):
+        super().__init__(strategy)
+        self.manager, self.every_steps, self.is_chief = manager, every_steps, is_chief
+        self.last_saved_step = start_step
         self.received_signal = None  # The name of the signal this process received, if any.
         self.stop_requested = False  # By a signal, to this host or to another.
-        self.diverged_at_step = None
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self.on_signal)
 
     def on_signal(self, signum, frame):
         self.received_signal = signal.Signals(signum).name
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.check(diverged=not math.isfinite(float(logs["loss"])))
 
     def on_test_batch_end(self, batch, logs=None):
         # A signal in the middle of a round's evaluation: the checkpoint now, not once the evaluation is over (which
@@ -438,11 +463,7 @@ class CheckpointAndStop(keras.callbacks.Callback):
         """Saves a checkpoint when one is due or a signal came (to any host), and stops training then or after a
         NaN or infinite loss."""
         step = int(self.model.optimizer.iterations.numpy())
-        flags = [self.received_signal is not None, diverged]
-        if self.hosts_must_agree:  # Each flag true where it is true on any host: one small all-reduce per step.
-            values = self.strategy.run(lambda: tf.constant([float(flag) for flag in flags]))
-            flags = [bool(total > 0) for total in self.strategy.reduce("SUM", values, axis=None)]
-        self.stop_requested, diverged = flags
+        self.stop_requested, diverged = self.on_any_host([self.received_signal is not None, diverged])
         if diverged:
             self.diverged_at_step = step
         elif step > self.last_saved_step and (self.stop_requested or step - self.last_saved_step >= self.every_steps):
@@ -464,9 +485,11 @@ class CheckpointAndStop(keras.callbacks.Callback):
     def finish(self, step):
         """After training: exits after a NaN loss or a stop signal, else saves the last step's checkpoint."""
         if self.diverged_at_step is not None:
-            raise UserError(f"the loss became NaN or infinite at step {self.diverged_at_step}. The last "
-                            f"good checkpoint, {self.manager.latest_checkpoint}, is kept. Lower --learning_rate "
-                            "or raise --warmup_steps, then run the same command again to resume from it.")
+            latest = self.manager.latest_checkpoint
+            raise UserError(f"the loss became NaN or infinite at step {self.diverged_at_step}. " + (
+                f"The last good checkpoint, {latest}, is kept. Lower --learning_rate or raise --warmup_steps, then "
+                "run the same command again to resume from it." if latest else "No checkpoint was written yet: lower "
+                "--learning_rate or raise --warmup_steps, then run the same command again; it starts over."))
         if step > self.last_saved_step:
             self.save(step)  # The final step, whatever the interval.
         if not self.is_chief:

@@ -203,3 +203,14 @@ def test_a_nan_loss_stops_training_at_its_step_with_no_checkpoint_after_the_last
     assert sorted(path.name for path in tmp_path.glob("ckpt-*.index")) == ["ckpt-2.index", "ckpt-4.index"]
     with pytest.raises(UserError, match=r"NaN or infinite at step 5\. The last good checkpoint, .*ckpt-4, is kept"):
         stopper.finish(5)
+
+
+def test_a_nan_loss_before_any_checkpoint_says_that_none_was_written(tmp_path):
+    # The first batch holds a NaN: step 1 diverges, and there is no checkpoint to name (issue #66: "None").
+    model, stopper = fit_with_checkpoint_and_stop(tmp_path, [[float("nan"), 1.0]] * 12, every_steps=2)
+    assert stopper.diverged_at_step == 1 and not list(tmp_path.glob("ckpt-*"))
+    with pytest.raises(UserError) as error:
+        stopper.finish(1)
+    assert str(error.value) == ("the loss became NaN or infinite at step 1. No checkpoint was written yet: lower "
+                                "--learning_rate or raise --warmup_steps, then run the same command again; it starts "
+                                "over.")
