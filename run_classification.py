@@ -257,6 +257,7 @@ def train(args, strategy, model, jit_compile, task, encoded, global_batch_size):
     from transformers import create_optimizer
 
     from classifier import ClassifierTrainer, ValidationScores, evaluation_dataset, training_dataset
+    from run_folder import StopAtNonFiniteLoss
 
     steps_per_epoch = len(encoded["train"][1]) // global_batch_size
     if steps_per_epoch == 0:
@@ -267,9 +268,10 @@ def train(args, strategy, model, jit_compile, task, encoded, global_batch_size):
     scores = ValidationScores(validation, len(validation_targets), lambda outputs: score_predictions(
         task, validation_targets, predictions_of(task, outputs)))
 
-    def fit(epochs, learning_rate, callbacks):
+    def fit(epochs, learning_rate, callbacks, after_nan):
         """`epochs` of the weights trainable now, with a warmup to `learning_rate` and a linear decay of their own. A
-        new trainer each time: its step, once traced, would keep the variables it was traced with."""
+        new trainer each time: its step, once traced, would keep the variables it was traced with. A NaN or infinite
+        loss stops it with a UserError, `after_nan` saying where and what to do: nothing is saved then."""
         total_steps = steps_per_epoch * epochs
         with strategy.scope():
             trainer = ClassifierTrainer(model, jit_compile)
@@ -280,8 +282,11 @@ def train(args, strategy, model, jit_compile, task, encoded, global_batch_size):
             trainer.compile(optimizer=optimizer, weighted_metrics=[], steps_per_execution=args.steps_per_execution)
             create_optimizer_state(optimizer, model.trainable_variables)
         # No validation_data: the scores' pass over the validation data gives Keras' validation loss too.
+        divergence = StopAtNonFiniteLoss(strategy)
         history = trainer.fit(training_dataset(*encoded["train"], global_batch_size, args.seed), epochs=epochs,
-                              callbacks=[scores, *callbacks], verbose=1 if sys.stdout.isatty() else 2)
+                              callbacks=[divergence, scores, *callbacks], verbose=1 if sys.stdout.isatty() else 2)
+        if divergence.diverged_at_step is not None:
+            raise UserError(f"the loss became NaN or infinite at step {divergence.diverged_at_step} {after_nan}")
         return trainer, history.history
 
     head_only = {}
@@ -290,7 +295,9 @@ def train(args, strategy, model, jit_compile, task, encoded, global_batch_size):
         encoder.trainable = False
         logger.info("The head alone, on the frozen encoder: %d epochs at a learning rate of %g", args.head_epochs,
                     args.head_learning_rate)
-        _, head_history = fit(args.head_epochs, args.head_learning_rate, [])
+        _, head_history = fit(args.head_epochs, args.head_learning_rate, [], after_nan=(
+            "of the new head's training (--head_epochs): nothing is saved. Lower --head_learning_rate or raise "
+            "--warmup_ratio, then run again."))
         head_only = {f"head_only_{name}": values for name, values in head_history.items()}
         encoder.trainable = True
     keep_best = keras.callbacks.EarlyStopping(monitor="val_score", mode="max", restore_best_weights=True,
@@ -298,7 +305,9 @@ def train(args, strategy, model, jit_compile, task, encoded, global_batch_size):
     tensorboard = keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs"), write_graph=False)
     logger.info("Training: %d steps per epoch of %d examples, %d epochs; the score: %s", steps_per_epoch,
                 global_batch_size, args.num_epochs, " and ".join(task.metrics))
-    trainer, history = fit(args.num_epochs, args.learning_rate, [keep_best, tensorboard])
+    trainer, history = fit(args.num_epochs, args.learning_rate, [keep_best, tensorboard], after_nan=(
+        f"of fine-tuning: nothing is saved but its TensorBoard logs, in {tensorboard.log_dir!r}. Lower "
+        "--learning_rate or raise --warmup_ratio, then run again with --overwrite, which replaces them."))
     best_epoch = keep_best.best_epoch + 1
     logger.info("Best validation score %.4f, at epoch %d: its weights are kept", keep_best.best, best_epoch)
     return trainer, best_epoch, {**head_only, **history}

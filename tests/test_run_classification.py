@@ -370,6 +370,29 @@ def test_head_epochs_train_the_head_alone_then_the_whole_model(pretrained_model_
     assert len(history["loss"]) == 1 and best_epoch == 1
 
 
+def test_a_loss_that_overflows_stops_fine_tuning_with_nothing_saved(pretrained_model_dir, tmp_path):
+    # Issue #66: such a run trained on through a NaN loss and saved a model card and weights that were all NaN. A rate
+    # of 1e30 is finite, so parsing takes it; without warmup, the first step's update at that rate makes the loss of
+    # every step after it overflow.
+    output_dir = tmp_path / "model"
+    args = [*fine_tune_args(pretrained_model_dir, output_dir), "--num_epochs", 2, "--warmup_ratio", 0]
+    result = run_main("run_classification.py", *args, "--learning_rate", 1e30, expect_failure=True)
+    assert (f"error: the loss became NaN or infinite at step 2 of fine-tuning: nothing is saved but its TensorBoard "
+            f"logs, in {str(output_dir / 'logs')!r}. Lower --learning_rate or raise --warmup_ratio, then run again "
+            "with --overwrite, which replaces them.") in result.stderr
+    assert "Traceback" not in result.stderr
+    assert [path.name for path in output_dir.iterdir()] == ["logs"]  # No model, model card, results or predictions.
+    # The new head trained alone first (--head_epochs) stops so too, before anything is written.
+    head_output_dir = tmp_path / "head-first"
+    result = run_main("run_classification.py", *args, "--head_epochs", 1, "--head_learning_rate", 1e30,
+                      "--output_dir", head_output_dir, expect_failure=True)
+    # At a step or two later: through a tanh, the large weights of the head's first layer give outputs of 1 at most.
+    assert "error: the loss became NaN or infinite at step " in result.stderr
+    assert (" of the new head's training (--head_epochs): nothing is saved. Lower --head_learning_rate or raise "
+            "--warmup_ratio, then run again.") in result.stderr
+    assert not head_output_dir.exists()
+
+
 def test_each_epoch_passes_over_the_validation_data_once(pretrained_model_dir, tmp_path, monkeypatch):
     # Keras' validation loss and accuracy, and the scores, from one pass: fit's own validation pass (evaluate) and
     # the scores' predict would be two.
