@@ -81,19 +81,19 @@ GPU_PEAK_FLOPS = {"NVIDIA A100-SXM4-80GB": A100_PEAKS, "NVIDIA A100-SXM4-40GB": 
                   "NVIDIA L4": (121e12, 60e12, 30.3e12), "NVIDIA L40": (181.05e12, 90.5e12, 90.5e12),
                   "NVIDIA L40S": (362.05e12, 183e12, 91.6e12)}
 # x86 CPUs: the FMA units of a core, by the microarchitecture that /proc/cpuinfo's vendor_id, "cpu family" and
-# "model" name: (name, units, bits each), from AMD's software optimization guides and Intel's optimization reference
-# manual. Zen 4 runs AVX-512 on its 256-bit units, in two halves. Left out, among others: Skylake-SP and Cascade Lake
-# (Intel's model 85), whose Xeons have one or two AVX-512 FMA units per core by SKU, which cpuinfo does not tell. A
-# CPU not named here gets no MFU.
-CPU_FMA_UNITS = {("AuthenticAMD", 23, 49): ("Zen 2", 2, 256),  # EPYC 7002 (Rome)
-                 ("AuthenticAMD", 25, 1): ("Zen 3", 2, 256),  # EPYC 7003 (Milan)
-                 ("AuthenticAMD", 25, 17): ("Zen 4", 2, 256),  # EPYC 9004 (Genoa)
-                 ("AuthenticAMD", 25, 160): ("Zen 4c", 2, 256),  # EPYC 97x4 (Bergamo)
-                 ("GenuineIntel", 6, 63): ("Haswell", 2, 256),  # Xeon E5 v3
-                 ("GenuineIntel", 6, 79): ("Broadwell", 2, 256),  # Xeon E5 v4
-                 ("GenuineIntel", 6, 106): ("Ice Lake", 2, 512),  # Xeon Scalable, 3rd generation
-                 ("GenuineIntel", 6, 143): ("Sapphire Rapids", 2, 512),  # 4th
-                 ("GenuineIntel", 6, 207): ("Emerald Rapids", 2, 512)}  # 5th
+# "model" name, as written there (other architectures' "model" is no number): (name, units, bits each), from AMD's
+# software optimization guides and Intel's optimization reference manual. Zen 4 runs AVX-512 on its 256-bit units,
+# in two halves. Left out, among others: Skylake-SP and Cascade Lake (Intel's model 85), whose Xeons have one or two
+# AVX-512 FMA units per core by SKU, which cpuinfo does not tell. A CPU not named here gets no MFU.
+CPU_FMA_UNITS = {("AuthenticAMD", "23", "49"): ("Zen 2", 2, 256),  # EPYC 7002 (Rome)
+                 ("AuthenticAMD", "25", "1"): ("Zen 3", 2, 256),  # EPYC 7003 (Milan)
+                 ("AuthenticAMD", "25", "17"): ("Zen 4", 2, 256),  # EPYC 9004 (Genoa)
+                 ("AuthenticAMD", "25", "160"): ("Zen 4c", 2, 256),  # EPYC 97x4 (Bergamo)
+                 ("GenuineIntel", "6", "63"): ("Haswell", 2, 256),  # Xeon E5 v3
+                 ("GenuineIntel", "6", "79"): ("Broadwell", 2, 256),  # Xeon E5 v4
+                 ("GenuineIntel", "6", "106"): ("Ice Lake", 2, 512),  # Xeon Scalable, 3rd generation
+                 ("GenuineIntel", "6", "143"): ("Sapphire Rapids", 2, 512),  # 4th
+                 ("GenuineIntel", "6", "207"): ("Emerald Rapids", 2, 512)}  # 5th
 # bfloat16 products per cycle and core: Intel's AMX multiplies tiles at 1,024 FLOPs (Intel's figure for Sapphire
 # Rapids); AVX512-BF16's dot product does two multiply-adds in each float32 lane, twice float32's FLOPs on the same
 # units. Without either, bfloat16 is multiplied in float32.
@@ -151,8 +151,10 @@ def cpu_peak_flops(bfloat16, threads=0, root="/"):
     cores: the physical ones among the CPUs the process may run on (two hyperthreads share one core's units), at
     most `threads` (TensorFlow's intra-op threads; 0: one per CPU). `root` lets tests point at a fake tree."""
     processors = read_cpuinfo(root)
-    first = processors[0] if processors else {}
-    key = (first.get("vendor_id"), int(first.get("cpu family", -1)), int(first.get("model", -1)))
+    if not processors:
+        return None, "this CPU, which has no /proc/cpuinfo to read"
+    first = processors[0]
+    key = (first.get("vendor_id"), first.get("cpu family"), first.get("model"))
     cpu = f"{first.get('model name', 'CPU')} ({key[0]} family {key[1]} model {key[2]})"
     if key not in CPU_FMA_UNITS:
         return None, f"{cpu}, whose FMA units are not in devices.CPU_FMA_UNITS"

@@ -110,8 +110,9 @@ def test_peaks_of_gpus_by_the_exact_name_tensorflow_reports(monkeypatch):
 SAPPHIRE_RAPIDS = {"vendor_id": "GenuineIntel", "cpu family": 6, "model": 143,
                    "model name": "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz", "cpu MHz": "2699.998",
                    "flags": "fpu sse sse2 ht avx fma avx2 avx512f avx512dq avx512_bf16 amx_bf16 amx_tile"}
-ZEN4_EPYC = {"vendor_id": "AuthenticAMD", "cpu family": 25, "model": 17, "model name": "AMD EPYC 9654 96-Core Processor",
-             "cpu MHz": "1500.000", "flags": "fpu sse sse2 ht avx fma avx2 avx512f avx512dq avx512_bf16"}
+ZEN4_EPYC = {"vendor_id": "AuthenticAMD", "cpu family": 25, "model": 17,
+             "model name": "AMD EPYC 9654 96-Core Processor", "cpu MHz": "1500.000",
+             "flags": "fpu sse sse2 ht avx fma avx2 avx512f avx512dq avx512_bf16"}
 
 
 def test_cpu_paper_peak_from_cpuinfo(tmp_path, monkeypatch):
@@ -157,7 +158,8 @@ def test_cpu_paper_peak_from_cpuinfo(tmp_path, monkeypatch):
 
 def test_no_cpu_peak_where_it_is_not_known(tmp_path):
     # Without FMA instructions (an older CPU, or a virtual machine that hides them); a Skylake-SP or Cascade Lake
-    # Xeon, whose FMA units per core vary by SKU; a CPU not in the table; no /proc/cpuinfo. Each says why.
+    # Xeon, whose FMA units per core vary by SKU; another architecture, whose "model" is no number; no /proc/cpuinfo.
+    # Each says why.
     no_fma = write_cpuinfo(tmp_path / "no-fma", {**ZEN3_EPYC, "flags": "fpu sse sse2 avx"}, cores=2)
     assert cpu_peak_flops(bfloat16=False, root=no_fma) == (
         None, "AMD EPYC 7B13 (AuthenticAMD family 25 model 1), which shows neither AVX-512 nor AVX2 and FMA")
@@ -165,7 +167,10 @@ def test_no_cpu_peak_where_it_is_not_known(tmp_path):
     assert cpu_peak_flops(bfloat16=False, root=cascade_lake) == (
         None, "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz (GenuineIntel family 6 model 85), whose FMA units are "
               "not in devices.CPU_FMA_UNITS")
-    assert cpu_peak_flops(bfloat16=False, root=tmp_path / "nothing")[0] is None
+    power = write_cpuinfo(tmp_path / "power", {"cpu": "POWER9, altivec supported", "model": "IBM,9006-22P"}, cores=2)
+    assert cpu_peak_flops(bfloat16=False, root=power)[0] is None
+    assert cpu_peak_flops(bfloat16=False, root=tmp_path / "nothing") == (
+        None, "this CPU, which has no /proc/cpuinfo to read")
 
 
 def test_peak_of_the_cpu_cores_tensorflow_uses(tmp_path, monkeypatch):
