@@ -1,7 +1,8 @@
 """Which devices a training script runs on, and how well it uses them (run_mlm.py and run_classification.py):
 
 - the hardware flags; this machine's TPU chips, read from sysfs, and each generation's peak FLOP/s beside it; the
-  tf.distribute strategy, the seeds, XLA, the optimizer's state created before the first step, the hosts;
+  paper peak of the CPU cores the process may use, from /proc/cpuinfo; the tf.distribute strategy, the seeds, XLA,
+  the optimizer's state created before the first step, the hosts;
 - run_mlm.py's plan: its global batch and steps, split over the hosts and replicas (plan_training);
 - the FLOPs of a training step, MFU and throughput, and the input check, which times an input pipeline alone.
 
@@ -15,6 +16,7 @@ import glob
 import logging
 import os
 import random
+import re
 import time
 
 from utils import UserError, check_gcs_path, is_gcs_path, positive_int, refuse_an_output_that_is_read
@@ -53,7 +55,7 @@ def add_hardware_arguments(parser):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# TPU chips, and the peak of each device
+# TPU chips, CPU cores, and the peak of each device
 
 
 # Every TPU chip is a PCI device of Google's vendor id, its device id naming the generation (v2 and v3 share one,
@@ -78,6 +80,24 @@ GPU_PEAK_FLOPS = {"NVIDIA A100-SXM4-80GB": A100_PEAKS, "NVIDIA A100-SXM4-40GB": 
                   "NVIDIA H100 PCIe": (756e12, 378e12, 51e12), "NVIDIA H100 NVL": (835e12, 418e12, 60e12),
                   "NVIDIA L4": (121e12, 60e12, 30.3e12), "NVIDIA L40": (181.05e12, 90.5e12, 90.5e12),
                   "NVIDIA L40S": (362.05e12, 183e12, 91.6e12)}
+# x86 CPUs: the FMA units of a core, by the microarchitecture that /proc/cpuinfo's vendor_id, "cpu family" and
+# "model" name, as written there (other architectures' "model" is no number): (name, units, bits each), from AMD's
+# software optimization guides and Intel's optimization reference manual. Zen 4 runs AVX-512 on its 256-bit units,
+# in two halves. Left out, among others: Skylake-SP and Cascade Lake (Intel's model 85), whose Xeons have one or two
+# AVX-512 FMA units per core by SKU, which cpuinfo does not tell. A CPU not named here gets no MFU.
+CPU_FMA_UNITS = {("AuthenticAMD", "23", "49"): ("Zen 2", 2, 256),  # EPYC 7002 (Rome)
+                 ("AuthenticAMD", "25", "1"): ("Zen 3", 2, 256),  # EPYC 7003 (Milan)
+                 ("AuthenticAMD", "25", "17"): ("Zen 4", 2, 256),  # EPYC 9004 (Genoa)
+                 ("AuthenticAMD", "25", "160"): ("Zen 4c", 2, 256),  # EPYC 97x4 (Bergamo)
+                 ("GenuineIntel", "6", "63"): ("Haswell", 2, 256),  # Xeon E5 v3
+                 ("GenuineIntel", "6", "79"): ("Broadwell", 2, 256),  # Xeon E5 v4
+                 ("GenuineIntel", "6", "106"): ("Ice Lake", 2, 512),  # Xeon Scalable, 3rd generation
+                 ("GenuineIntel", "6", "143"): ("Sapphire Rapids", 2, 512),  # 4th
+                 ("GenuineIntel", "6", "207"): ("Emerald Rapids", 2, 512)}  # 5th
+# bfloat16 products per cycle and core: Intel's AMX multiplies tiles at 1,024 FLOPs (Intel's figure for Sapphire
+# Rapids); AVX512-BF16's dot product does two multiply-adds in each float32 lane, twice float32's FLOPs on the same
+# units. Without either, bfloat16 is multiplied in float32.
+AMX_BFLOAT16_FLOPS_PER_CYCLE = 1024
 
 
 def local_tpu_chips(root="/"):
@@ -100,7 +120,8 @@ def local_tpu_chips(root="/"):
 
 
 def peak_flops(strategy, on_tpu, bfloat16):
-    """(The published peak FLOP/s of all replicas, what they are); (None, what they are) where no peak is known."""
+    """(The peak FLOP/s of all replicas, what they are): TPUs' and GPUs' published peaks, the paper peak of the CPU
+    cores; (None, what they are) where no peak is known."""
     import tensorflow as tf
 
     replicas = strategy.num_replicas_in_sync
@@ -114,7 +135,7 @@ def peak_flops(strategy, on_tpu, bfloat16):
                 "bfloat16")
     gpus = tf.config.list_physical_devices("GPU")
     if not gpus:
-        return None, "CPU"
+        return cpu_peak_flops(bfloat16, intra_op_threads())
     name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
     if name not in GPU_PEAK_FLOPS:
         return None, name
@@ -122,6 +143,75 @@ def peak_flops(strategy, on_tpu, bfloat16):
     precision = 0 if bfloat16 else 1 if tf.config.experimental.tensor_float_32_execution_enabled() else 2
     return (replicas * peaks[precision], f"{replicas} x {name} at {peaks[precision] / 1e12:g} TFLOP/s in "
                                          f"{('bfloat16', 'TF32', 'float32')[precision]}")
+
+
+def cpu_peak_flops(bfloat16, threads=0, root="/"):
+    """(The paper peak FLOP/s of the CPU cores this process may use, what it is made of); (None, why) where it is
+    not known. Cores x the FLOPs per cycle of their widest FMA units x the clock, all read from the machine. The
+    cores: the physical ones among the CPUs the process may run on (two hyperthreads share one core's units), at
+    most `threads` (TensorFlow's intra-op threads; 0: one per CPU). `root` lets tests point at a fake tree."""
+    processors = read_cpuinfo(root)
+    if not processors:
+        return None, "this CPU, which has no /proc/cpuinfo to read"
+    first = processors[0]
+    key = (first.get("vendor_id"), first.get("cpu family"), first.get("model"))
+    cpu = f"{first.get('model name', 'CPU')} ({key[0]} family {key[1]} model {key[2]})"
+    if key not in CPU_FMA_UNITS:
+        return None, f"{cpu}, whose FMA units are not in devices.CPU_FMA_UNITS"
+    microarchitecture, units, unit_bits = CPU_FMA_UNITS[key]
+    flags = set(first.get("flags", "").split())
+    bits = min(unit_bits, 512 if "avx512f" in flags else 256 if {"avx2", "fma"} <= flags else 0)
+    if not bits:  # A virtual machine may hide the vector instructions its CPU has.
+        return None, f"{cpu}, which shows neither AVX-512 nor AVX2 and FMA"
+    flops_per_cycle, units_used = units * 2 * bits // 32, f"{units} x {bits}-bit FMA, float32"
+    if bfloat16 and "amx_bf16" in flags:
+        flops_per_cycle, units_used = AMX_BFLOAT16_FLOPS_PER_CYCLE, "AMX, bfloat16"
+    elif bfloat16 and "avx512_bf16" in flags:
+        flops_per_cycle, units_used = 2 * flops_per_cycle, f"{units} x {bits}-bit FMA, bfloat16 dot products"
+    allowed = os.sched_getaffinity(0)
+    cores = len({(processor.get("physical id"), processor.get("core id", processor["processor"]))
+                 for processor in processors if int(processor["processor"]) in allowed})
+    cores = min(cores, threads or cores)
+    clock, source = cpu_clock(first, root)
+    if clock is None:
+        return None, f"{cpu}, whose clock is not known"
+    return (cores * flops_per_cycle * clock,
+            f"{cores} {'core' if cores == 1 else 'cores'} x {flops_per_cycle} FLOP/cycle ({microarchitecture}: "
+            f"{units_used}) x {clock / 1e9:.3g} GHz ({source})")
+
+
+def intra_op_threads():
+    """The threads TensorFlow splits one op into on the CPU (0: one per CPU): as tf.config.threading sets them, else
+    TF_NUM_INTRAOP_THREADS, which TensorFlow reads at start-up without showing it in tf.config."""
+    import tensorflow as tf
+
+    return tf.config.threading.get_intra_op_parallelism_threads() or int(os.environ.get("TF_NUM_INTRAOP_THREADS", 0))
+
+
+def read_cpuinfo(root):
+    """/proc/cpuinfo's processors, each a dict of its "name : value" lines; [] where there is no such file."""
+    with contextlib.suppress(OSError), open(os.path.join(root, "proc/cpuinfo")) as f:
+        return [dict(map(str.strip, line.split(":", 1)) for line in block.splitlines() if ":" in line)
+                for block in f.read().split("\n\n") if block.strip()]
+    return []
+
+
+def cpu_clock(processor, root):
+    """The clock of a CPU's paper peak, in Hz, and where it was read; (None, None) where it is not known. The
+    nominal clock where the model name states it (Intel's "@ 2.70GHz"); else the highest cpufreq lets the core run
+    at (which all cores at once may not hold: MFU errs low, not high); else cpuinfo's "cpu MHz", which a virtual
+    machine without cpufreq shows fixed: the rate of its time-stamp counter, which x86 CPUs tick at about their
+    nominal clock. Cores that boost above the nominal clock make MFU err high: benchmarks/matmul_peak.py shows how
+    far one core's matmuls go past the peak."""
+    nominal = re.search(r"@ *([\d.]+) *GHz", processor.get("model name", ""))
+    if nominal:
+        return float(nominal[1]) * 1e9, "nominal, from the model name"
+    cpufreq = f"sys/devices/system/cpu/cpu{processor.get('processor')}/cpufreq/cpuinfo_max_freq"
+    with contextlib.suppress(OSError, ValueError), open(os.path.join(root, cpufreq)) as f:
+        return int(f.read()) * 1e3, "cpufreq's highest"
+    if "cpu MHz" in processor:
+        return float(processor["cpu MHz"]) * 1e6, "cpuinfo's cpu MHz"
+    return None, None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -389,8 +479,9 @@ class Throughput:
 
     def describe_peak(self):
         if self.peak_flops is None:
-            return f"no published peak is known for {self.devices}: rounds show TFLOP/s, no MFU"
-        return f"peak {self.peak_flops / 1e12:,.0f} TFLOP/s ({self.devices})"
+            return f"no peak is known for {self.devices}: rounds show TFLOP/s, no MFU"
+        return (f"peak {self.peak_flops / 1e12:,.0f} TFLOP/s" if self.peak_flops >= 1e12 else
+                f"peak {self.peak_flops / 1e9:,.0f} GFLOP/s") + f" ({self.devices})"
 
     def figures(self, steps, seconds):
         tokens_per_second = steps * self.tokens_per_step / seconds

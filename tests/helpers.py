@@ -1,6 +1,6 @@
-"""Helpers for the tests: where the data is, the sizes of the session's fixtures, running a pipeline script the way
-a user does (in a process of its own, or its main in this process), and reading shards and the text they come from
-independently of the scripts."""
+"""Helpers for the tests: where the data is, the sizes of the session's fixtures, a CPU's /proc/cpuinfo, running a
+pipeline script the way a user does (in a process of its own, or its main in this process), and reading shards and
+the text they come from independently of the scripts."""
 
 import atexit
 import contextlib
@@ -33,6 +33,23 @@ def tiny_mlm_args(shards_dir, tokenizer_dir, config_dir, output_dir):
     return ["--train_dataset", shards_dir / "train", "--tokenizer", tokenizer_dir, "--pretrained_model_config",
             config_dir, "--max_length", MAX_LENGTH, "--per_replica_batch_size", 8, "--learning_rate", 3e-3,
             "--warmup_steps", 2, "--input_check_seconds", 0, "--no_tpu", "--output_dir", output_dir]
+
+
+# One processor of the /proc/cpuinfo of issue #66's machine, a Zen 3 EPYC (AVX2 and FMA) in a virtual machine without
+# cpufreq, less the lines that devices.cpu_peak_flops does not read and the processor's own numbers.
+ZEN3_EPYC = {"vendor_id": "AuthenticAMD", "cpu family": 25, "model": 1, "model name": "AMD EPYC 7B13",
+             "cpu MHz": "2450.000", "flags": "fpu sse sse2 ht avx fma avx2 bmi2 sha_ni"}
+
+
+def write_cpuinfo(root, processor, cores, threads_per_core=1):
+    """Writes root/proc/cpuinfo: `processor`'s lines for each of cores x threads_per_core CPUs, numbered as Linux
+    numbers them (the first thread of every core, then the second ones). Returns root."""
+    (root / "proc").mkdir(parents=True)
+    blocks = [{"processor": cpu, "physical id": 0, "core id": cpu % cores, **processor}
+              for cpu in range(cores * threads_per_core)]
+    (root / "proc" / "cpuinfo").write_text(
+        "".join("".join(f"{name}\t: {value}\n" for name, value in block.items()) + "\n" for block in blocks))
+    return root
 
 
 def run_script(script, *args, expect_failure=False, env=None, timeout=600, prefix=()):

@@ -1,7 +1,9 @@
 """run_mlm.py: input checks, choice of strategy, and training end to end (interrupted, resumed, used)."""
 
 import argparse
+import functools
 import json
+import os
 import re
 import shutil
 import signal
@@ -15,8 +17,9 @@ import tensorflow as tf
 from safetensors import safe_open
 from transformers import pipeline
 
-from helpers import (MAX_LENGTH, REPO, WIKITEXT, assert_entry_point_error, run_main, run_script, tiny_mlm_args,
-                     unfinished_copy)
+import devices
+from helpers import (MAX_LENGTH, REPO, WIKITEXT, ZEN3_EPYC, assert_entry_point_error, run_main, run_script,
+                     tiny_mlm_args, unfinished_copy, write_cpuinfo)
 
 
 @pytest.fixture
@@ -104,7 +107,7 @@ def checkpoint_steps(model_dir):
     return sorted(int(path.name.split("-")[1].split(".")[0]) for path in (model_dir / "checkpoints").glob("*.index"))
 
 
-def test_train_interrupt_resume_and_fill_mask(train_args, tmp_path):
+def test_train_interrupt_resume_and_fill_mask(train_args, tmp_path, monkeypatch):
     model_dir = tmp_path / "model"
     # From a zero output bias, as 🤗 Transformers initialises it: learning the token frequencies shows at once.
     args = [*train_args, "--max_steps", 300, "--eval_every_steps", 150, "--checkpoint_every_steps", 10,
@@ -129,18 +132,23 @@ def test_train_interrupt_resume_and_fill_mask(train_args, tmp_path):
     for suffix in (".index", ".data-00000-of-00001"):
         (model_dir / "checkpoints" / f"ckpt-{interrupted_at + 5}{suffix}").write_bytes(b"cut short")
 
-    # The same command again resumes from the last complete checkpoint and trains to the end.
+    # The same command again resumes from the last complete checkpoint and trains to the end, on issue #66's AVX2
+    # EPYC as far as the peak is concerned: its /proc/cpuinfo, listing every CPU this process may run on.
+    cpu = write_cpuinfo(tmp_path / "cpu", ZEN3_EPYC, cores=max(os.sched_getaffinity(0)) + 1)
+    monkeypatch.setattr(devices, "cpu_peak_flops", functools.partial(devices.cpu_peak_flops, root=cpu))
     result = run_main("run_mlm.py", *args)
     assert f"Resuming from {model_dir}/checkpoints/ckpt-{interrupted_at}, at step {interrupted_at}" in result.stderr
     assert "Evaluation before training" not in result.stderr
     assert f"Steps {interrupted_at + 1} to " in result.stderr
     assert checkpoint_steps(model_dir)[-1] == 300
-    # Every round's line tells the speed; no peak is known for a CPU, so no MFU. The input pipeline was timed alone
-    # first, then compared with what training took from it.
+    # Every round's line tells the speed and MFU, against the paper peak of the CPU cores TensorFlow uses. The input
+    # pipeline was timed alone first, then compared with what training took from it.
     round_lines = [line for line in result.stderr.splitlines() if " run_mlm: Step " in line]
     assert len(round_lines) == 2 and all(re.search(r"; [\d,]+ tokens/s, [\d,.]+ samples/s, [\d.]+ MFLOP/token, "
-                                                   r"[\d.e-]+ TFLOP/s$", line) for line in round_lines), round_lines
-    assert result.stderr.count("no published peak is known for CPU: rounds show TFLOP/s, no MFU") == 1
+                                                   r"[\d.e-]+ TFLOP/s, MFU [\d.]+ %$", line)
+                                         for line in round_lines), round_lines
+    assert re.search(r"; peak [\d,]+ GFLOP/s \(\d+ cores? x 32 FLOP/cycle \(Zen 3: 2 x 256-bit FMA, float32\) x 2.45 "
+                     r"GHz \(cpuinfo's cpu MHz\)\)\n", result.stderr)
     assert re.search(r"Input pipeline alone, on this host: [\d,]+ samples/s", result.stderr)
     assert re.search(r"Input pipeline: [\d,]+ samples/s per host alone, before training; training takes [\d,.]+ ",
                      result.stderr)
@@ -150,6 +158,7 @@ def test_train_interrupt_resume_and_fill_mask(train_args, tmp_path):
     assert results["input_pipeline_samples_per_second"] > 0 and 0 < results["input_pipeline_share"] < 1
     assert results["speed"]["tflops"] == pytest.approx(
         results["speed"]["tokens_per_second"] * results["speed"]["flops_per_token"] / 1e12)
+    assert results["speed"]["mfu_percent"] > 0
     # The optimizer state was saved and restored: the Adam moments are in the checkpoint.
     saved = dict(tf.train.list_variables(str(model_dir / "checkpoints" / "ckpt-300")))
     assert saved["optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE"] == []
@@ -169,7 +178,7 @@ def test_train_interrupt_resume_and_fill_mask(train_args, tmp_path):
     assert list((model_dir / "logs" / "eval").glob("events.out.tfevents.*"))
     train_tags = {value.tag for path in (model_dir / "logs" / "train").glob("events.out.tfevents.*")
                   for event in tf.compat.v1.train.summary_iterator(str(path)) for value in event.summary.value}
-    assert {"tokens_per_second", "samples_per_second", "flops_per_token", "tflops"} <= train_tags
+    assert {"tokens_per_second", "samples_per_second", "flops_per_token", "tflops", "mfu_percent"} <= train_tags
 
     # The saved model serves the fill-mask pipeline in a TensorFlow-only install.
     predictions = pipeline("fill-mask", model=str(model_dir), framework="tf", dtype=None)(

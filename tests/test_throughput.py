@@ -1,13 +1,16 @@
 """run_mlm.py's speed figures: the FLOP count of a training step against a hand count, MFU against a given peak, and
-the devices' peaks."""
+the devices' peaks: TPUs' and GPUs' published ones, a CPU's paper peak from its /proc/cpuinfo."""
 
+import functools
+import os
 import types
 
 import pytest
 from transformers import DistilBertConfig, ElectraConfig, RobertaConfig, TFAutoModelForMaskedLM
 
 import devices
-from devices import Throughput, model_flops_utilization, peak_flops, training_flops_per_token
+from devices import Throughput, cpu_peak_flops, model_flops_utilization, peak_flops, training_flops_per_token
+from helpers import ZEN3_EPYC, write_cpuinfo
 
 # Hidden 4, feed-forward 8, 2 layers, vocabulary 10; samples of 16 tokens, the LM head at 4 of them.
 CONFIG = RobertaConfig(vocab_size=10, hidden_size=4, num_hidden_layers=2, num_attention_heads=2, intermediate_size=8,
@@ -64,7 +67,7 @@ def test_figures_and_mfu_against_a_given_peak():
     assert "mfu_percent" not in throughput.figures(steps=100, seconds=4.0)
 
 
-def test_peaks_of_tpus_per_replica_and_none_for_a_cpu(monkeypatch):
+def test_peaks_of_tpus_per_replica(monkeypatch):
     # A v3 chip runs 2 replicas (one per TensorCore), a v4 chip one (its cores act as one).
     for chips, replicas, peak in (({"v3": 4}, 8, 4 * 123e12), ({"v4": 4}, 4, 4 * 275e12),
                                   ({"v5e": 8}, 8, 8 * 197e12)):
@@ -73,7 +76,6 @@ def test_peaks_of_tpus_per_replica_and_none_for_a_cpu(monkeypatch):
         assert peak_flops(strategy, on_tpu=True, bfloat16=True)[0] == pytest.approx(peak)
     monkeypatch.setattr(devices, "local_tpu_chips", lambda: {})  # A TPU Node: its chips are elsewhere.
     assert peak_flops(strategy, on_tpu=True, bfloat16=True)[0] is None
-    assert peak_flops(types.SimpleNamespace(num_replicas_in_sync=1), on_tpu=False, bfloat16=False) == (None, "CPU")
 
 
 def test_peaks_of_gpus_by_the_exact_name_tensorflow_reports(monkeypatch):
@@ -101,6 +103,89 @@ def test_peaks_of_gpus_by_the_exact_name_tensorflow_reports(monkeypatch):
     # A GPU whose name is not in the table gets no MFU, whatever its name contains.
     assert peak("NVIDIA L4 Future Edition") == (None, "NVIDIA L4 Future Edition")
     assert peak("NVIDIA GeForce RTX 4090") == (None, "NVIDIA GeForce RTX 4090")
+
+
+# The processors of an AVX-512 Xeon (Sapphire Rapids, with AMX) in a virtual machine, and of a Zen 4 EPYC on bare
+# metal, whose model name states no clock.
+SAPPHIRE_RAPIDS = {"vendor_id": "GenuineIntel", "cpu family": 6, "model": 143,
+                   "model name": "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz", "cpu MHz": "2699.998",
+                   "flags": "fpu sse sse2 ht avx fma avx2 avx512f avx512dq avx512_bf16 amx_bf16 amx_tile"}
+ZEN4_EPYC = {"vendor_id": "AuthenticAMD", "cpu family": 25, "model": 17,
+             "model name": "AMD EPYC 9654 96-Core Processor", "cpu MHz": "1500.000",
+             "flags": "fpu sse sse2 ht avx fma avx2 avx512f avx512dq avx512_bf16"}
+
+
+def test_cpu_paper_peak_from_cpuinfo(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    # Issue #66's machine: 2 cores x two 256-bit FMA units x 8 float32 lanes x 2 FLOPs x 2.45 GHz, the clock that
+    # cpuinfo shows in a virtual machine without cpufreq. Without bfloat16 units, bfloat16's peak is float32's.
+    epyc = write_cpuinfo(tmp_path / "epyc", ZEN3_EPYC, cores=2)
+    peak, description = cpu_peak_flops(bfloat16=False, root=epyc)
+    assert peak == pytest.approx(156.8e9) and cpu_peak_flops(bfloat16=True, root=epyc)[0] == peak
+    assert description == "2 cores x 32 FLOP/cycle (Zen 3: 2 x 256-bit FMA, float32) x 2.45 GHz (cpuinfo's cpu MHz)"
+    # The cores TensorFlow may use: at most its intra-op threads, among the CPUs this process may run on.
+    assert cpu_peak_flops(bfloat16=False, threads=1, root=epyc)[0] == pytest.approx(78.4e9)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1})
+    assert cpu_peak_flops(bfloat16=False, root=epyc)[0] == pytest.approx(78.4e9)
+
+    # Two AVX-512 FMA units per core: twice the FLOPs per cycle. Two hyperthreads share a core's units: 4 CPUs, 2
+    # cores. The model name's nominal clock counts, not cpufreq's highest. bfloat16 runs on AMX.
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    xeon = write_cpuinfo(tmp_path / "xeon", SAPPHIRE_RAPIDS, cores=2, threads_per_core=2)
+    (xeon / "sys/devices/system/cpu/cpu0/cpufreq").mkdir(parents=True)
+    (xeon / "sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").write_text("3800000\n")
+    peak, description = cpu_peak_flops(bfloat16=False, root=xeon)
+    assert peak == pytest.approx(2 * 64 * 2.7e9)
+    assert description == ("2 cores x 64 FLOP/cycle (Sapphire Rapids: 2 x 512-bit FMA, float32) x 2.7 GHz "
+                           "(nominal, from the model name)")
+    peak, description = cpu_peak_flops(bfloat16=True, root=xeon)
+    assert peak == pytest.approx(2 * 1024 * 2.7e9) and "(Sapphire Rapids: AMX, bfloat16)" in description
+    # A virtual machine that hides AVX-512: 256 bits of each unit.
+    hidden = write_cpuinfo(tmp_path / "hidden", {**SAPPHIRE_RAPIDS, "flags": "fpu sse sse2 avx fma avx2"}, cores=2)
+    assert cpu_peak_flops(bfloat16=True, root=hidden)[0] == pytest.approx(2 * 32 * 2.7e9)
+
+    # Zen 4 runs AVX-512 in two halves on its 256-bit units: AVX2's FLOPs per cycle; its bfloat16 dot products twice
+    # that. On bare metal, without a clock in the model name: cpufreq's highest, not the clock of the moment.
+    zen4 = write_cpuinfo(tmp_path / "zen4", ZEN4_EPYC, cores=4)
+    (zen4 / "sys/devices/system/cpu/cpu0/cpufreq").mkdir(parents=True)
+    (zen4 / "sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").write_text("3709000\n")
+    peak, description = cpu_peak_flops(bfloat16=False, root=zen4)
+    assert peak == pytest.approx(4 * 32 * 3.709e9) and description.endswith("x 3.71 GHz (cpufreq's highest)")
+    peak, description = cpu_peak_flops(bfloat16=True, root=zen4)
+    assert peak == pytest.approx(4 * 64 * 3.709e9)
+    assert "(Zen 4: 2 x 256-bit FMA, bfloat16 dot products)" in description
+
+
+def test_no_cpu_peak_where_it_is_not_known(tmp_path):
+    # Without FMA instructions (an older CPU, or a virtual machine that hides them); a Skylake-SP or Cascade Lake
+    # Xeon, whose FMA units per core vary by SKU; another architecture, whose "model" is no number; no /proc/cpuinfo.
+    # Each says why.
+    no_fma = write_cpuinfo(tmp_path / "no-fma", {**ZEN3_EPYC, "flags": "fpu sse sse2 avx"}, cores=2)
+    assert cpu_peak_flops(bfloat16=False, root=no_fma) == (
+        None, "AMD EPYC 7B13 (AuthenticAMD family 25 model 1), which shows neither AVX-512 nor AVX2 and FMA")
+    cascade_lake = write_cpuinfo(tmp_path / "cascade-lake", {**SAPPHIRE_RAPIDS, "model": 85}, cores=2)
+    assert cpu_peak_flops(bfloat16=False, root=cascade_lake) == (
+        None, "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz (GenuineIntel family 6 model 85), whose FMA units are "
+              "not in devices.CPU_FMA_UNITS")
+    power = write_cpuinfo(tmp_path / "power", {"cpu": "POWER9, altivec supported", "model": "IBM,9006-22P"}, cores=2)
+    assert cpu_peak_flops(bfloat16=False, root=power)[0] is None
+    assert cpu_peak_flops(bfloat16=False, root=tmp_path / "nothing") == (
+        None, "this CPU, which has no /proc/cpuinfo to read")
+
+
+def test_peak_of_the_cpu_cores_tensorflow_uses(tmp_path, monkeypatch):
+    # On a machine without GPUs: the paper peak of the cores, at most TensorFlow's intra-op threads, which it takes
+    # from TF_NUM_INTRAOP_THREADS without showing them in tf.config. Every round then states MFU.
+    epyc = write_cpuinfo(tmp_path, ZEN3_EPYC, cores=max(os.sched_getaffinity(0)) + 1)
+    monkeypatch.setattr(devices, "cpu_peak_flops", functools.partial(devices.cpu_peak_flops, root=epyc))
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
+    peak, description = peak_flops(types.SimpleNamespace(num_replicas_in_sync=1), on_tpu=False, bfloat16=False)
+    assert peak == pytest.approx(78.4e9) and description.startswith("1 core x 32 FLOP/cycle (Zen 3")
+    # 100 steps of 4,096 tokens in 10 s at 1 MFLOP per token: 40.96 GFLOP/s, 52 % of 78.4.
+    throughput = Throughput(flops_per_token=1e6, tokens_per_step=32 * 128, samples_per_step=32, num_hosts=1,
+                            peak_flops=peak, devices=description)
+    assert throughput.describe_peak() == f"peak 78 GFLOP/s ({description})"
+    assert throughput.figures(steps=100, seconds=10.0)["mfu_percent"] == pytest.approx(100 * 40.96 / 78.4)
 
 
 def test_input_pipeline_compared_with_what_training_takes(caplog):
