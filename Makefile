@@ -109,13 +109,14 @@ glue: glue-folder $(VENV)/.installed
 # The recipe for one CPU-hour (benchmarks/README.md, "One CPU-hour against BERT-Tiny" and "Sentence-pair objectives"):
 # the demo's model sizes in BERT's architecture (BERT-Tiny's shape) with BERT's next-sentence prediction beside the
 # masked LM (issue #59: ahead of RoBERTa's masked LM alone, issue #49's recipe, by 5.3 and 5.8 points on two
-# pre-training seeds), pre-trained on WikiText-2 and on the five tasks' training texts without their labels (never
-# their dev sets), in 128-token samples, 14,400 steps of 32 (about an hour on 2 cores), then GLUE as `make glue` runs
-# it but with the new head trained alone on the frozen encoder first (--head_epochs 3) and on all of SST-2's training
-# sentences, as GLUE's protocol has it: an hour and a half of fine-tuning on 2 cores, where SST2_TRAIN_EXAMPLES=4000
-# (a screen) takes an hour. HOUR_CONFIG and HOUR_OBJECTIVE choose the model (HOUR_CONFIG=configs/roberta-base.json
-# HOUR_OBJECTIVE=mlm: issue #49's; HOUR_OBJECTIVE=sop: sentence-order labels; configs/albert-base.json: ALBERT),
-# HOUR_SEED the pre-training seed, HOUR_FLAGS more of run_mlm.py's (a lever: HOUR_FLAGS="--pair_loss_weight 3"). Give
+# pre-training seeds), pre-trained on WikiText-2 (or CORPUS, below) and on the five tasks' training texts without
+# their labels (never their dev sets), in 128-token samples, 14,400 steps of 32 (about an hour on 2 cores), then GLUE
+# as `make glue` runs it but with the new head trained alone on the frozen encoder first (--head_epochs 3) and on all
+# of SST-2's training sentences, as GLUE's protocol has it: an hour and a half of fine-tuning on 2 cores, where
+# SST2_TRAIN_EXAMPLES=4000 (a screen) takes an hour. HOUR_CONFIG and HOUR_OBJECTIVE choose the model
+# (HOUR_CONFIG=configs/roberta-base.json HOUR_OBJECTIVE=mlm: issue #49's; HOUR_OBJECTIVE=sop: sentence-order labels;
+# configs/albert-base.json: ALBERT), HOUR_SEED the pre-training seed, HOUR_FLAGS more of run_mlm.py's, which override
+# the recipe's (a lever: HOUR_FLAGS="--pair_loss_weight 3"; another length: "--max_steps 2400", 10 minutes). Give
 # each recipe and seed a HOUR folder of its own.
 HOUR ?= $(OUT)/glue-hour
 HOUR_CONFIG ?= configs/bert-base.json
@@ -123,14 +124,29 @@ HOUR_OBJECTIVE ?= nsp
 HOUR_SEED ?= 42
 HOUR_FLAGS ?=
 SST2_TRAIN_EXAMPLES ?= 67349
-glue-hour: glue-folder $(VENV)/.installed $(HUB_WIKITEXT)
+# CORPUS: text files (globs allowed) to pre-train on instead of WikiText-2: issue #65's 41 M words of Wikipedia and
+# books, ../shared/data/enwiki-2015/*.txt.gz ../shared/data/gutenberg/*.txt.gz (the hour reads them about once). Its
+# validation split is held out of the training text, 0.5 % of its texts chosen by a hash of each
+# (prepare_tfrecord_shards.py --validation_share: about WikiText-2's validation size), and the tokenizer learns from
+# 100,000 of its texts drawn at random: SentencePiece holds what it trains on, about 20 bytes per byte (250 MB of text:
+# 5 GB), where 100,000 texts (some 40 MB) took 0.9 GB and 1.5 CPU-minutes.
+CORPUS ?=
+ifdef CORPUS
+HOUR_TEXT := $(CORPUS)
+HOUR_TOKENIZER_SAMPLE := --sample_size 100000
+HOUR_VALIDATION := --validation_share 0.005
+else
+HOUR_TEXT := $(WIKITEXT)/train.txt
+HOUR_VALIDATION := --validation_file $(WIKITEXT)/validation.txt
+HOUR_WIKITEXT := $(HUB_WIKITEXT)
+endif
+glue-hour: glue-folder $(VENV)/.installed $(HOUR_WIKITEXT)
 	mkdir -p $(HOUR)
 	$(BIN)/python benchmarks/glue_text.py --glue_dir $(GLUE) --output_file $(HOUR)/glue-train.txt
-	$(BIN)/python train_unigram.py --train_file $(WIKITEXT)/train.txt $(HOUR)/glue-train.txt --vocab_size 8000 \
-		--output_dir $(HOUR)/tokenizer --overwrite
-	$(BIN)/python prepare_tfrecord_shards.py --train_file $(WIKITEXT)/train.txt $(HOUR)/glue-train.txt \
-		--validation_file $(WIKITEXT)/validation.txt --tokenizer_name_or_path $(HOUR)/tokenizer --max_length 128 \
-		--output_dir $(HOUR)/tfrecords --overwrite
+	$(BIN)/python train_unigram.py --train_file $(HOUR_TEXT) $(HOUR)/glue-train.txt $(HOUR_TOKENIZER_SAMPLE) \
+		--vocab_size 8000 --output_dir $(HOUR)/tokenizer --overwrite
+	$(BIN)/python prepare_tfrecord_shards.py --train_file $(HOUR_TEXT) $(HOUR)/glue-train.txt $(HOUR_VALIDATION) \
+		--tokenizer_name_or_path $(HOUR)/tokenizer --max_length 128 --output_dir $(HOUR)/tfrecords --overwrite
 	$(BIN)/python run_mlm.py --train_dataset $(HOUR)/tfrecords/train --eval_dataset $(HOUR)/tfrecords/validation \
 		--tokenizer $(HOUR)/tokenizer --pretrained_model_config $(HOUR_CONFIG) $(DEMO_PRETRAINING) \
 		--objective $(HOUR_OBJECTIVE) --max_length 128 --per_replica_batch_size 32 --warmup_ratio 0.05 \

@@ -17,7 +17,7 @@ import logging
 import math
 import os
 
-from corpus import batches_of_texts, file_builder, iter_text_file_lines
+from corpus import batches_of_texts, file_builder, holdout_side, iter_text_file_lines
 from models import load_backend_tokenizer
 from shards import MANIFEST_NAME, Manifest, finish_split, plan_parts, start_split, write_part
 from utils import UserError, gcs_client, gcs_glob_prefix, is_gcs_path, open_file
@@ -93,9 +93,10 @@ def part_texts(part, text_column):
 load_tokenizer_once = functools.cache(load_backend_tokenizer)
 
 
-def write_part_on_beam_worker(numbered_part, split_dir, args):
-    """write_part for one part of the Beam pipeline, on a worker: (its result with the part's number, its token
-    counts), the counts apart to be summed, not gathered with every part's result."""
+def write_part_on_beam_worker(numbered_part, split_dir, args, keep):
+    """write_part for one part of the Beam pipeline (the texts `keep` accepts, see corpus.holdout_side), on a
+    worker: (its result with the part's number, its token counts), the counts apart to be summed, not gathered with
+    every part's result."""
     number, part = numbered_part
     # One tokenizer thread per process, set before 🤗 Tokenizers starts its pool at the first batch: Beam runs a
     # process per core already (Dataflow: one per vCPU), and more threads would only compete for the cores.
@@ -106,7 +107,7 @@ def write_part_on_beam_worker(numbered_part, split_dir, args):
                                f"the {args.text_column!r} field of record {{}} of {path!r} from byte {start} (blank "
                                "lines not counted)")
     written = write_part(number, batches, tokenizer, vocab_size, split_dir, args,
-                         progress=lambda num_texts, num_samples: None)
+                         progress=lambda num_texts, num_samples: None, keep=keep)
     token_counts = written.pop("token_counts")
     return {"part": number, **written}, token_counts
 
@@ -154,7 +155,8 @@ def run_beam_pipeline(data_files, args):
             written = (pipeline
                        | f"{split}: parts" >> beam.Create(list(enumerate(parts)))
                        | f"{split}: spread over workers" >> beam.Reshuffle()
-                       | f"{split}: write parts" >> beam.Map(write_part_on_beam_worker, split_dir, args))
+                       | f"{split}: write parts" >> beam.Map(write_part_on_beam_worker, split_dir, args,
+                                                             holdout_side(split, args.validation_share)))
             results = written | f"{split}: results" >> beam.Keys() | f"{split}: gather" >> beam.combiners.ToList()
             token_counts = written | f"{split}: counts" >> beam.Values() | f"{split}: sum" >> beam.CombineGlobally(sum)
             (pipeline

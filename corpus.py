@@ -3,6 +3,8 @@ read at disk speed, JSON-lines and Parquet files and Hub datasets through 🤗 D
 stays flat whatever the corpus size. run_classification.py checks its data files' format here too.
 """
 
+import dataclasses
+import hashlib
 import itertools
 import os
 
@@ -155,6 +157,38 @@ class LongText:
 
     def __str__(self):
         return "".join(self.pieces())
+
+
+@dataclasses.dataclass(frozen=True)
+class Holdout:
+    """One side of a validation split held out of the training texts (prepare_tfrecord_shards.py
+    --validation_share): called with a text, whether it is on this side, the `validation` one or the rest.
+
+    A text is held out when a hash of its UTF-8 bytes falls in the lowest `share` of the hash's range. It depends on
+    the text alone: both splits read the same files, each keeping its side, and the split is the same however the
+    files are cut among workers or Beam parts, at every run; identical texts (repeated boilerplate) are on the same
+    side, so no validation text is also a training text. BLAKE2, not Python's hash() (salted anew in each process)
+    nor a CRC (linear: texts a few characters apart, numbered lines, need not spread evenly). A text longer than
+    LONG_TEXT_BYTES stays in train: a LongText would have to be read again to be hashed, and one such text (a book
+    on one line: hundreds of thousands of tokens) would be most of a small validation split."""
+    share: float
+    validation: bool
+
+    def __call__(self, text):
+        return self.held_out(text) == self.validation
+
+    def held_out(self, text):
+        if isinstance(text, LongText) or len(data := text.encode()) > LONG_TEXT_BYTES:
+            return False
+        return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big") < self.share * 2**64
+
+
+def holdout_side(split, validation_share):
+    """The side of the Holdout that `split` keeps with a `validation_share` (train and validation then read the
+    same files), or None: every text of its files (no share, or another split)."""
+    if validation_share and split in ("train", "validation"):
+        return Holdout(validation_share, validation=split == "validation")
+    return None
 
 
 def iter_text_file_lines(files, long_texts=False):

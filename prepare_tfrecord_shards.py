@@ -5,7 +5,9 @@ Each split (train, validation, ...) is streamed in batches of texts; empty and w
 every other one is tokenized (the tokenizer of step 1 wraps it in <s> ... </s>), and the tokens of all texts are
 concatenated into one stream, cut into samples of exactly --max_length tokens. Cutting a stream rather than padding
 or truncating each text keeps every token and wastes no compute on padding; the tokens left at the end (fewer than
---max_length) are dropped and counted. Memory stays at a few batches, whatever the corpus size.
+--max_length) are dropped and counted. Memory stays at a few batches, whatever the corpus size. With
+--validation_share, the validation split is held out of the training files: both splits read them, each keeping
+the texts of its side (corpus.Holdout: by a hash of each text).
 
 A split of text files read whole (no --limit) is cut into contiguous parts of whole lines, one per worker process
 (--num_workers; by default one per core, at most one per 16 MiB of text), each tokenized, cut and written on its
@@ -43,12 +45,12 @@ from concurrent.futures.process import BrokenProcessPool
 
 from tqdm import tqdm
 
-from corpus import add_corpus_arguments, data_files_format, iter_text_file_batches, text_batches
+from corpus import add_corpus_arguments, data_files_format, holdout_side, iter_text_file_batches, text_batches
 from models import load_backend_tokenizer
 from shards import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, finish_split, plan_parts, start_split,
                     write_part)
 from utils import (UserError, check_gcs_path, check_output_dir, file_size, out_of_space_named, positive_float,
-                   positive_int, refuse_an_output_that_is_read)
+                   positive_int, probability, refuse_an_output_that_is_read)
 
 logger = logging.getLogger("prepare_tfrecord_shards")
 
@@ -76,6 +78,10 @@ def parse_args():
                           help=f"Text files (local or gs://), or local JSON-lines or Parquet files, for the {split} "
                                "split, instead of the Hub dataset (with --runner: all on gs:// too, and globs in "
                                "quotes).")
+    data.add_argument("--validation_share", type=probability,
+                      help="Hold this share of the --train_file texts out as the validation split (0.005: 0.5 %%), "
+                           "instead of --validation_file: the texts whose hash falls under it (corpus.Holdout), "
+                           "the same ones at every run.")
     parser.add_argument("--tokenizer_name_or_path", default="unigram-tokenizer",
                         help="Folder written by train_unigram.py (local or gs://), or a Hub tokenizer id "
                              "(default: %(default)s).")
@@ -112,6 +118,12 @@ def parse_args():
         parser.error(f"--max_length must be at least {MIN_MAX_LENGTH}, got {args.max_length}: shorter samples "
                      "leave too few tokens to mask, with too little context. Pass --max_length 128, or at least "
                      f"{MIN_MAX_LENGTH}.")
+    if args.validation_share and args.validation_file:
+        parser.error("--validation_share holds a validation split out of --train_file, and --validation_file gives "
+                     "one: pass one or the other.")
+    if args.validation_share and not args.train_file:
+        parser.error("--validation_share holds a validation split out of the texts of --train_file: pass "
+                     "--train_file (a Hub dataset has splits of its own).")
     return args
 
 
@@ -129,6 +141,10 @@ def main(args):
     if args.runner and not data_files:
         raise UserError("with --runner, pass input files (--train_file, --validation_file, --test_file; "
                         "globs allowed): the Beam pipeline does not read Hub datasets.")
+    if args.validation_share:  # Both splits read the training files, each keeping its side (corpus.Holdout).
+        data_files["validation"] = data_files["train"]
+        logger.info("validation: %g %% of the texts of --train_file, held out by a hash of each text; train: the "
+                    "rest", 100 * args.validation_share)
     with out_of_space_named(args.output_dir, "the shards", OUT_OF_SPACE_ADVICE):
         if args.runner:
             from beam_pipeline import run_beam_pipeline  # Only here: Beam is installed for --runner alone.
@@ -163,6 +179,7 @@ def write_split(split, batches, text_files, tokenizer, vocab_size, args):
     manifest."""
     split_dir = os.path.join(args.output_dir, split)
     start_split(split_dir)
+    keep = holdout_side(split, args.validation_share)
     parts = [None]  # One part, from `batches`.
     if text_files and args.limit is None:  # Parts of equal size: they take about the same time.
         sizes = [file_size(path) for path in text_files]
@@ -172,7 +189,7 @@ def write_split(split, batches, text_files, tokenizer, vocab_size, args):
         logger.warning("%s: written by one process, not --num_workers %d: only text files read whole (without "
                        "--limit) are split between workers.", split, args.num_workers)
     if len(parts) > 1:
-        written = write_parts_in_processes(split, parts, tokenizer, vocab_size, split_dir, args)
+        written = write_parts_in_processes(split, parts, tokenizer, vocab_size, split_dir, args, keep)
     else:
         with tqdm(desc=f"{split}: tokenizing", unit=" texts") as text_bar, \
                 tqdm(desc=f"{split}: writing", unit=" samples") as sample_bar:
@@ -180,7 +197,7 @@ def write_split(split, batches, text_files, tokenizer, vocab_size, args):
                 text_bar.update(num_texts)
                 sample_bar.update(num_samples)
 
-            written = [write_part(0, batches, tokenizer, vocab_size, split_dir, args, progress)]
+            written = [write_part(0, batches, tokenizer, vocab_size, split_dir, args, progress, keep)]
     return finish_split(split, split_dir, written, sum(part["token_counts"] for part in written), tokenizer,
                         vocab_size, args)
 
@@ -196,10 +213,10 @@ def available_cores():
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-def write_parts_in_processes(split, parts, tokenizer, vocab_size, split_dir, args):
-    """write_part for each part of a split of text files, each in a process of its own; their results, in the order
-    of the parts. If a worker fails, the others stop at their next batch, and its error ends the run (the split
-    keeps its INCOMPLETE marker)."""
+def write_parts_in_processes(split, parts, tokenizer, vocab_size, split_dir, args, keep):
+    """write_part for each part of a split of text files (the texts `keep` accepts, see corpus.holdout_side), each in
+    a process of its own; their results, in the order of the parts. If a worker fails, the others stop at their next
+    batch, and its error ends the run (the split keeps its INCOMPLETE marker)."""
     # Processes started afresh ("spawn"), not forked: a forked copy would inherit the threads of 🤗 Tokenizers or
     # TensorFlow in whatever state they were.
     context = multiprocessing.get_context("spawn")
@@ -214,7 +231,7 @@ def write_parts_in_processes(split, parts, tokenizer, vocab_size, split_dir, arg
                              initargs=(threads, counters, stop)) as workers, \
             tqdm(desc=f"{split}: tokenizing", unit=" texts") as text_bar, \
             tqdm(desc=f"{split}: writing", unit=" samples") as sample_bar:
-        futures = {workers.submit(write_text_part, index, part, tokenizer, vocab_size, split_dir, args): index
+        futures = {workers.submit(write_text_part, index, part, tokenizer, vocab_size, split_dir, args, keep): index
                    for index, part in enumerate(parts)}
         try:
             pending = set(futures)
@@ -251,10 +268,10 @@ def report_progress(num_texts, num_samples):
         raise SystemExit("stopped: another worker failed")
 
 
-def write_text_part(part, files, tokenizer, vocab_size, split_dir, args):
+def write_text_part(part, files, tokenizer, vocab_size, split_dir, args, keep):
     """write_part for a part of text files (byte ranges, see plan_parts), in a worker process."""
     return write_part(part, iter_text_file_batches(files, args.batch_size, long_texts=True), tokenizer, vocab_size,
-                      split_dir, args, report_progress)
+                      split_dir, args, report_progress, keep)
 
 
 if __name__ == "__main__":

@@ -297,16 +297,19 @@ class ShardWriter:
             self.file, self.num_in_file, self.bytes_in_file = None, 0, 0
 
 
-def write_part(part, batches, tokenizer, vocab_size, split_dir, args, progress):
-    """Writes part number `part` of a split: tokenizes its `batches` of texts, concatenates the tokens, cuts them
-    every max_length tokens, writes the samples (see ShardWriter) and drops the tokens left at the end. Calls
-    progress(texts, samples) after each batch. Returns what finish_split needs."""
+def write_part(part, batches, tokenizer, vocab_size, split_dir, args, progress, keep=None):
+    """Writes part number `part` of a split: tokenizes the texts of its `batches` that `keep` accepts (all without
+    it; see corpus.holdout_side), concatenates the tokens, cuts them every max_length tokens, writes the samples (see
+    ShardWriter) and drops the tokens left at the end. Calls progress(texts, samples) after each batch. Returns what
+    finish_split needs."""
     writer = ShardWriter(split_dir, args.shard_size, args.max_length, part)
     leftover = np.zeros(0, dtype=np.int64)  # Tokens that do not fill a sample yet: they begin the next one.
     token_counts = np.zeros(vocab_size, dtype=np.int64)  # Of the tokens written, for run_mlm.py's baseline.
     num_texts = 0
     def tokens_of_batches():  # (texts finished, tokens): a long text's tokens come in several arrays.
         for texts in batches:
+            if keep is not None:
+                texts = list(filter(keep, texts))
             yield from ((0, tokens) for tokens in token_chunks(tokenizer, texts))
             yield len(texts), np.zeros(0, dtype=np.int64)
 

@@ -65,7 +65,7 @@ def fraction(text):
 
 
 def probability(text):
-    """An argparse type: a number in (0, 1), 0 and 1 excluded (a masking rate)."""
+    """An argparse type: a number in (0, 1), 0 and 1 excluded (a masking rate, a validation share)."""
     value = finite_float(text)
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"must be in (0, 1), 0 and 1 excluded, got {text}")

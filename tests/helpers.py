@@ -203,11 +203,12 @@ def lines_beginning_in(path, start, end):
             for begin in line_starts if start <= begin < end]
 
 
-def part_stream(part, tokenizer):
+def part_stream(part, tokenizer, keep=None):
     """The tokens of one part, computed independently of the script: the lines that begin in its byte ranges,
-    non-blank ones tokenized one by one and concatenated."""
+    non-blank ones (those that `keep` accepts, when given) tokenized one by one and concatenated."""
     lines = [line for path, start, end in part for line in lines_beginning_in(path, start, end)]
-    return [token for line in lines if line.strip() for token in tokenizer(line).input_ids]
+    return [token for line in lines if line.strip() and (keep is None or keep(line))
+            for token in tokenizer(line).input_ids]
 
 
 def read_split(split_dir, vocab_size):
@@ -247,6 +248,42 @@ def cut_parts(streams, max_length, shard_size):
         full, rest = divmod(num_samples, shard_size)
         shard_sizes += [shard_size] * full + ([rest] if rest else [])
     return samples, dropped, shard_sizes
+
+
+def check_held_out_splits(output_dir, parts, share, tokenizer, shard_size):
+    """Checks the train and validation splits that prepare_tfrecord_shards.py --validation_share `share` wrote to
+    `output_dir` from the text files of `parts` (each split cut into these parts): each split's samples are the tokens
+    of the non-blank lines of its side (corpus.holdout_side), part by part; the two splits count every such line once
+    between them, and no text whole in one is in the other. Returns {split: the texts whole in its samples}."""
+    from corpus import holdout_side
+
+    whole, num_texts = {}, 0
+    for split in ("train", "validation"):
+        manifest, samples = read_split(output_dir / split, vocab_size=len(tokenizer))
+        expected, dropped, shard_sizes = cut_parts([part_stream(part, tokenizer, holdout_side(split, share))
+                                                    for part in parts], manifest["max_length"], shard_size)
+        assert samples == expected and manifest["dropped_tokens"] == dropped
+        assert [shard["num_samples"] for shard in manifest["shards"]] == shard_sizes
+        whole[split], num_texts = whole_texts(samples, tokenizer), num_texts + manifest["num_texts"]
+    assert num_texts == sum(1 for part in parts for path, start, end in part
+                            for line in lines_beginning_in(path, start, end) if line.strip())
+    assert not whole["train"] & whole["validation"]
+    return whole
+
+
+def whole_texts(samples, tokenizer):
+    """The texts whole in a split's samples, as tuples of token ids from <s> to </s> (those cut off at the end of a
+    part are not), read back without the code under test."""
+    stream = [token for sample in samples for token in sample]
+    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    texts, start = set(), None
+    for position, token in enumerate(stream):
+        if token == bos:
+            start = position
+        elif token == eos and start is not None:
+            texts.add(tuple(stream[start:position + 1]))
+            start = None
+    return texts
 
 
 def unfinished_copy(run_dir, destination):

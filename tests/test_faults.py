@@ -191,7 +191,7 @@ def test_the_beam_workers_refuse_a_record_that_is_not_text_as_the_scripts_do(tmp
     (tmp_path / "out").mkdir()
     with pytest.raises(UserError) as error:
         beam_pipeline.write_part_on_beam_worker((0, [(str(path), 0, path.stat().st_size)]), str(tmp_path / "out"),
-                                                args)
+                                                args, keep=None)
     assert str(error.value).startswith(f"the 'text' field of record 3 of {str(path)!r} from byte 0 (blank lines not "
                                        "counted) is not text but int 7.")
 

@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 from transformers import AutoTokenizer
 
-from helpers import (MAX_LENGTH, REPO, SHARD_LINES, VALIDATION_LINES, WIKITEXT, assert_entry_point_error, cut_parts,
-                     part_stream, read_shard, read_split, run_main, run_script)
+from helpers import (MAX_LENGTH, REPO, SHARD_LINES, VALIDATION_LINES, WIKITEXT, assert_entry_point_error,
+                     check_held_out_splits, cut_parts, part_stream, read_shard, read_split, run_main, run_script)
 from shards import vocabulary_fingerprint
 
 
@@ -354,3 +354,62 @@ def test_a_failing_worker_fails_the_run_and_leaves_the_split_incomplete(tmp_path
     assert_entry_point_error(result, f"the text file '{tmp_path / 'latin1.txt'}' is not UTF-8")  # Status 1 too.
     names = {path.name for path in (tmp_path / "out" / "train").iterdir()}
     assert "INCOMPLETE" in names and "manifest.json" not in names and "token_counts.json" not in names
+
+
+# --validation_share: a validation split held out of the training texts, each text's side chosen by its content.
+
+
+@pytest.mark.fast
+def test_each_text_is_held_out_or_not_by_its_content_alone():
+    from corpus import LONG_TEXT_BYTES, LongText, holdout_side
+
+    texts = [f"text number {i}" for i in range(600)]  # Texts a few characters apart.
+    train, validation = holdout_side("train", 0.1), holdout_side("validation", 0.1)
+    held_out = [text for text in texts if validation(text)]
+    assert [text for text in texts if train(text)] == [text for text in texts if text not in held_out]
+    assert 40 <= len(held_out) <= 80  # 60 expected.
+    assert holdout_side("test", 0.1) is None and holdout_side("validation", None) is None  # Every text.
+    # Texts longer than LONG_TEXT_BYTES (in UTF-8) stay in train, whatever the share; the others may go.
+    almost_all = holdout_side("validation", 0.999)
+    longest_held = "a" * LONG_TEXT_BYTES
+    too_long = ["é" * (LONG_TEXT_BYTES // 2 + 1), LongText("not-read.txt", 0, LONG_TEXT_BYTES + 1, space_only=False)]
+    assert almost_all(longest_held) and not any(map(almost_all, too_long))
+    assert all(map(holdout_side("train", 0.999), too_long))
+
+
+def test_validation_share_holds_out_the_same_texts_with_one_or_two_workers_and_with_limit(tmp_path, tokenizer_dir):
+    from shards import plan_parts
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    path = str(WIKITEXT / "train.txt")
+    size = Path(path).stat().st_size
+    first_700_lines = len(b"".join(Path(path).read_bytes().splitlines(keepends=True)[:700]))
+    runs = {"one": (["--num_workers", 1], [[(path, 0, size)]]),
+            "two": (["--num_workers", 2], plan_parts([path], [size], 2)),
+            "limit": (["--limit", 700], [[(path, 0, first_700_lines)]])}
+    whole = {}
+    for run, (flags, parts) in runs.items():
+        run_main("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir, "--train_file", path,
+                 "--validation_share", 0.2, *flags, "--max_length", MAX_LENGTH, "--shard_size", 100,
+                 "--output_dir", tmp_path / run)
+        whole[run] = check_held_out_splits(tmp_path / run, parts, 0.2, tokenizer, shard_size=100)
+        assert 0.1 < len(whole[run]["validation"]) / len(whole[run]["train"]) < 0.4
+    # Read back from the shards: no text is a training text in one run and a validation text in another (the
+    # workers are processes of their own: a hash salted in each process, as Python's hash(), would disagree).
+    assert not any(whole[a]["train"] & whole[b]["validation"] for a in runs for b in runs)
+
+
+@pytest.mark.fast
+def test_validation_share_beside_a_validation_split_of_its_own_is_refused(tmp_path, tokenizer_dir):
+    args = ["--tokenizer_name_or_path", tokenizer_dir, "--output_dir", tmp_path / "out"]
+    both = run_main("prepare_tfrecord_shards.py", *args, "--train_file", WIKITEXT / "train.txt", "--validation_file",
+                    WIKITEXT / "validation.txt", "--validation_share", 0.01, expect_failure=True)
+    assert "error: --validation_share holds a validation split out of --train_file, and --validation_file gives " \
+           "one: pass one or the other." in both.stderr
+    hub = run_main("prepare_tfrecord_shards.py", *args, "--validation_share", 0.01, expect_failure=True)
+    assert "error: --validation_share holds a validation split out of the texts of --train_file: pass " \
+           "--train_file" in hub.stderr
+    none = run_main("prepare_tfrecord_shards.py", *args, "--train_file", WIKITEXT / "train.txt",
+                    "--validation_share", 0, expect_failure=True)
+    assert "argument --validation_share: must be in (0, 1), 0 and 1 excluded, got 0" in none.stderr
+    assert not (tmp_path / "out").exists()

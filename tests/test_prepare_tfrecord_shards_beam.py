@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from helpers import (MAX_LENGTH, WIKITEXT, assert_entry_point_error, cut_parts, part_stream, read_split, run_main,
-                     run_script, tiny_mlm_args)
+from helpers import (MAX_LENGTH, WIKITEXT, assert_entry_point_error, check_held_out_splits, cut_parts, part_stream,
+                     read_split, run_main, run_script, tiny_mlm_args)
 
 # Looked up, not imported: importing Beam takes seconds, paid only where a test needs it.
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("apache_beam") is None,
@@ -21,6 +21,14 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("apache_beam") is None,
 RUNNER = ["--runner", "FnApiRunner"]
 # Both files of the slice, through a glob, each cut into parts of at most 100 KiB.
 GLOB_ARGS = ["--max_length", MAX_LENGTH, "--shard_size", 100, "--part_size_mb", 0.1]
+GLOB_FILES = [(str(WIKITEXT / name), (WIKITEXT / name).stat().st_size) for name in ("train.txt", "validation.txt")]
+
+
+def glob_parts():
+    """The parts of the files that GLOB_ARGS' runs read, as the pipeline cuts them."""
+    from beam_pipeline import beam_parts
+
+    return beam_parts(GLOB_FILES, 100 * 2**10)
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +41,9 @@ def beam_shards(tokenizer_dir, tmp_path_factory):
 
 def test_each_part_of_each_file_is_cut_on_its_own_and_run_mlm_trains_on_it(beam_shards, tmp_path, tokenizer_dir,
                                                                            tiny_config_dir):
-    from beam_pipeline import beam_parts
-
     manifest, samples = read_split(beam_shards / "train", vocab_size=1000)
 
-    files = [(str(WIKITEXT / name), (WIKITEXT / name).stat().st_size) for name in ("train.txt", "validation.txt")]
-    parts = beam_parts(files, 100 * 2**10)
+    parts = glob_parts()
     assert [len({path for path, _, _ in part}) for part in parts] == [1] * len(parts)  # Each within one file.
     assert manifest["num_parts"] == len(parts) == 5 + 2  # 447,834 and 127,107 bytes.
     # Every sample is max_length consecutive tokens of one part of one file, tokenized independently here; they
@@ -48,7 +53,7 @@ def test_each_part_of_each_file_is_cut_on_its_own_and_run_mlm_trains_on_it(beam_
     assert samples == expected
     assert [shard["num_samples"] for shard in manifest["shards"]] == shard_sizes
     assert manifest["dropped_tokens"] == dropped and manifest["num_texts"] == sum(
-        1 for path, _ in files for line in Path(path).read_text().split("\n") if line.strip())
+        1 for path, _ in GLOB_FILES for line in Path(path).read_text().split("\n") if line.strip())
 
     # run_mlm.py reads and trains on them as on the local script's.
     result = run_main("run_mlm.py", *tiny_mlm_args(beam_shards, tokenizer_dir, tiny_config_dir, tmp_path / "model"),
@@ -75,6 +80,12 @@ def test_json_lines_and_parquet_files_give_the_samples_of_their_texts(tmp_path, 
     for split in ("train", "validation"):
         manifest, samples = read_split(tmp_path / "shards" / split, vocab_size=1000)
         assert samples == expected and manifest["dropped_tokens"] == dropped and manifest["num_parts"] == 1
+
+
+def test_validation_share_holds_out_a_split_of_each_part(tmp_path, tokenizer_dir):
+    run_script("prepare_tfrecord_shards.py", *RUNNER, "--tokenizer_name_or_path", tokenizer_dir,
+               "--train_file", WIKITEXT / "*.txt", "--validation_share", 0.2, *GLOB_ARGS, "--output_dir", tmp_path)
+    check_held_out_splits(tmp_path, glob_parts(), 0.2, AutoTokenizer.from_pretrained(tokenizer_dir), shard_size=100)
 
 
 @pytest.mark.fast
