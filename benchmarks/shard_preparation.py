@@ -49,9 +49,10 @@ import numpy as np
 
 from common import DEFAULT_TRAIN_FILE, REPO, TRAIN_FILE_HELP, describe_machine, load_average, median, print_table
 
-import prepare_tfrecord_shards as shards  # noqa: E402  (common puts the repository on the path)
+import shards  # noqa: E402  (common puts the repository on the path)
 from corpus import iter_text_file_batches  # noqa: E402
 from models import load_backend_tokenizer  # noqa: E402
+from prepare_tfrecord_shards import available_cores  # noqa: E402
 
 
 def parse_args():
@@ -65,7 +66,7 @@ def parse_args():
     parser.add_argument("--scale", type=int, default=4,
                         help="The larger corpus is the corpus repeated this many times (default: %(default)s).")
     parser.add_argument("--rounds", type=int, default=3, help="Rounds of measurements (default: %(default)s).")
-    parser.add_argument("--num_workers", type=int, nargs="+", default=sorted({1, shards.available_cores()}),
+    parser.add_argument("--num_workers", type=int, nargs="+", default=sorted({1, available_cores()}),
                         help="Worker counts to run the script with, each passed as its --num_workers (default: 1 "
                              "and the number of cores, %(default)s).")
     parser.add_argument("--baseline_script", help="Another version of prepare_tfrecord_shards.py to measure too.")
@@ -74,8 +75,8 @@ def parse_args():
                              "cores in turn (at most the cores this process may use).")
     parser.add_argument("--encode_batch_fast_only", action="store_true", help=argparse.SUPPRESS)  # See pinned().
     args = parser.parse_args()
-    if args.cores and max(args.cores) > shards.available_cores():
-        parser.error(f"--cores {max(args.cores)}: this process may use {shards.available_cores()} cores")
+    if args.cores and max(args.cores) > available_cores():
+        parser.error(f"--cores {max(args.cores)}: this process may use {available_cores()} cores")
     return args
 
 
