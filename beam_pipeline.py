@@ -17,7 +17,7 @@ import logging
 import math
 import os
 
-from corpus import batches_of_texts, file_builder, holdout_side, iter_text_file_lines
+from corpus import batches_of_texts, compression, file_builder, holdout_side, iter_text_file_lines
 from models import load_backend_tokenizer
 from shards import MANIFEST_NAME, Manifest, finish_split, plan_parts, start_split, write_part
 from utils import UserError, gcs_client, gcs_glob_prefix, is_gcs_path, open_file
@@ -46,10 +46,10 @@ def match_files(patterns):
 
 def beam_parts(files, part_size):
     """The parts of a split: each text or JSON-lines file of `files` ([(path, size)]) cut into parts of at most
-    `part_size` bytes (see plan_parts), each Parquet file one part."""
+    `part_size` bytes (see plan_parts), each Parquet file one part, and each compressed file (never cut)."""
     parts = []
     for path, size in files:
-        if file_builder(path) == "parquet":
+        if file_builder(path) == "parquet" or compression(path):
             parts.append([(path, 0, size)])
         else:
             parts += plan_parts([path], [size], max(1, math.ceil(size / part_size)))  # An empty file: none.
@@ -58,8 +58,8 @@ def beam_parts(files, part_size):
 
 def part_texts(part, text_column):
     """The texts of a part (byte ranges of one file, see beam_parts): the lines of a text file, the `text_column`
-    of each line of a JSON-lines file or of each row of a Parquet file. Read here, not by 🤗 Datasets, which reads
-    JSON-lines and Parquet files from local disk only."""
+    of each line of a JSON-lines file or of each row of a Parquet file; compressed ones decompressed as they are
+    read. Read here, not by 🤗 Datasets, which reads JSON-lines and Parquet files from local disk only."""
     path = part[0][0]
     data_format = file_builder(path)
     if data_format == "text":
@@ -140,7 +140,8 @@ def run_beam_pipeline(data_files, args):
         formats = {file_builder(path) for path, _ in files}
         if not formats <= {"text", "json", "parquet"} or len(formats) > 1:
             raise UserError(f"the {split} files must all be text (.txt), JSON-lines (.jsonl, .json) or "
-                            f"Parquet (.parquet) files, of one format: got {[path for path, _ in files]}.")
+                            "Parquet (.parquet) files, of one format, text and JSON-lines ones compressed or not "
+                            f"(.txt.gz, .jsonl.zst, ...): got {[path for path, _ in files]}.")
         split_parts[split] = beam_parts(files, int(args.part_size_mb * 2**20))
         logger.info("%s: %d file(s), %.1f MiB, in %d part(s)", split, len(files),
                     sum(size for _, size in files) / 2**20, len(split_parts[split]))

@@ -1,14 +1,27 @@
 """Reading a text corpus, streamed, for train_unigram.py and prepare_tfrecord_shards.py: local or gs:// text files
-read at disk speed, JSON-lines and Parquet files and Hub datasets through 🤗 Datasets, in batches of texts. Memory
-stays flat whatever the corpus size. run_classification.py checks its data files' format here too.
+read at disk speed, JSON-lines and Parquet files and Hub datasets through 🤗 Datasets, in batches of texts; text and
+JSON-lines files compressed (.gz, .bz2, .xz, .zst) too, read as they are. Memory stays flat whatever the corpus size.
+run_classification.py checks its data files' format here too.
 """
 
+import bz2
+import collections
+import contextlib
 import dataclasses
+import gzip
 import hashlib
 import itertools
+import lzma
 import os
+import tempfile
+import zlib
 
 from utils import UserError, exists, is_gcs_path, open_file, positive_int
+
+try:  # Zstandard: the standard library's from Python 3.14, its backport before (requirements-libraries.txt).
+    from compression import zstd
+except ImportError:
+    from backports import zstd
 
 
 # Which 🤗 Datasets builder reads a file, by its extension: the one format detection of the scripts.
@@ -16,8 +29,38 @@ FILE_BUILDERS = {".txt": "text", ".text": "text", ".csv": "csv", ".tsv": "csv", 
                  ".parquet": "parquet"}
 
 
+# Compressed files, by the extension after their format's: corpus.txt.gz is text, compressed with gzip. Text files
+# (and JSON-lines ones on Beam's workers) are read here, through the standard library's reader of their compression
+# (`open`, given a binary file object), which decompresses as it is read: memory stays flat, and nothing is unpacked
+# on disk. 🤗 Datasets reads the JSON-lines ones, with the same readers (fsspec's). Each compression has its command-
+# line tool, whose -t tests a file, and the bytes that its files begin with.
+Compression = collections.namedtuple("Compression", "tool open magic")
+COMPRESSIONS = {".gz": Compression("gzip", gzip.open, b"\x1f\x8b"), ".bz2": Compression("bzip2", bz2.open, b"BZh"),
+                ".xz": Compression("xz", lzma.open, b"\xfd7zXZ\x00"),
+                ".zst": Compression("zstd", zstd.open, b"\x28\xb5\x2f\xfd")}
+# Only these: Parquet files compress their columns themselves, and run_classification.py tells a TSV file from a CSV
+# one by the end of its name.
+COMPRESSIBLE_BUILDERS = ("text", "json")
+
+
+def extensions(path):
+    """The extension of a file's format and that of its compression, "" for none: (".txt", ".gz") for corpus.txt.gz,
+    (".txt", "") for corpus.txt."""
+    name, last = os.path.splitext(str(path).lower())
+    return (os.path.splitext(name)[1], last) if last in COMPRESSIONS else (last, "")
+
+
+def compression(path):
+    """The Compression of a file, by its name; None for an uncompressed one."""
+    return COMPRESSIONS.get(extensions(path)[1])
+
+
 def file_builder(path):
-    return FILE_BUILDERS.get(os.path.splitext(path)[1].lower())
+    """The 🤗 Datasets builder that reads a file, by its extension ("text" for .txt and .txt.gz); None for an unknown
+    one."""
+    format_extension, compression_extension = extensions(path)
+    builder = FILE_BUILDERS.get(format_extension)
+    return builder if not compression_extension or builder in COMPRESSIBLE_BUILDERS else None
 
 
 def add_corpus_arguments(group):
@@ -52,7 +95,8 @@ def text_batches(*, text_column, batch_size, limit=None, data_files=None, datase
     import datasets  # Only here: it takes a second to import.
 
     if data_files:
-        corpus = datasets.load_dataset(file_format, data_files=data_files, streaming=True)
+        with damage_named(itertools.chain(*data_files.values())):  # It reads the files' beginnings already.
+            corpus = datasets.load_dataset(file_format, data_files=data_files, streaming=True)
     else:
         check_hub_reachable(dataset_name)
         try:
@@ -65,7 +109,8 @@ def text_batches(*, text_column, batch_size, limit=None, data_files=None, datase
         missing = [split for split in splits or [] if split not in corpus]
         if missing:
             raise UserError(f"the dataset {dataset_name!r} has no split {missing}; it has {sorted(corpus)}.")
-    return {split: iter_text_batches(dataset, text_column, batch_size, limit, f"the {split} split")
+    return {split: iter_text_batches(dataset, text_column, batch_size, limit, f"the {split} split",
+                                     data_files[split] if data_files else [])
             for split, dataset in corpus.items()
             if not splits or split in splits}
 
@@ -91,9 +136,11 @@ def data_files_format(data_files, formats=("text", "json", "parquet")):
         for path in paths:
             builder = file_builder(path)
             if builder not in formats:
-                extensions = ", ".join(extension for extension, known in FILE_BUILDERS.items() if known in formats)
-                raise UserError(f"cannot read {path!r}: unknown extension "
-                                f"{os.path.splitext(path)[1].lower()!r}. Use files of one of these: {extensions}.")
+                known = [extension for extension, name in FILE_BUILDERS.items() if name in formats]
+                compressible = [extension for extension in known if FILE_BUILDERS[extension] in COMPRESSIBLE_BUILDERS]
+                raise UserError(f"cannot read {path!r}: unknown extension {''.join(extensions(path))!r}. Use files "
+                                f"of one of these: {', '.join(known)}" + (f"; {'/'.join(compressible)} ones also "
+                                f"compressed ({', '.join(COMPRESSIONS)})." if compressible else "."))
             if is_gcs_path(path) and builder != "text":
                 raise UserError(f"cannot read {path!r}: JSON-lines and Parquet files are read from local "
                                 "disk only. Copy them first (`gcloud storage cp`), or use text files, which are "
@@ -106,14 +153,34 @@ def data_files_format(data_files, formats=("text", "json", "parquet")):
     return builders.pop()
 
 
-def iter_text_batches(dataset, text_column, batch_size, limit=None, source="the input"):
+def iter_text_batches(dataset, text_column, batch_size, limit=None, source="the input", paths=()):
     """The texts of a streamed 🤗 dataset in lists of up to `batch_size`; `limit` records at most. `source` names
-    the dataset in errors ("the train split")."""
+    the dataset in errors ("the train split"); `paths` are the files it reads, if any (see damage_named)."""
     if text_column not in (dataset.column_names or [text_column]):
         raise UserError(f"the data has no column {text_column!r}; its columns are {dataset.column_names}. "
                         "Choose one with --text_column.")
-    texts = (record[text_column] for record in (dataset.take(limit) if limit is not None else dataset))
+
+    def records():
+        with damage_named(paths):
+            yield from dataset.take(limit) if limit is not None else dataset
+
+    texts = (record[text_column] for record in records())
     return batches_of_texts(texts, batch_size, f"the {text_column!r} field of record {{}} of {source}")
+
+
+@contextlib.contextmanager
+def damage_named(paths):
+    """Around 🤗 Datasets' reading of the files `paths`: where a compressed one proves damaged, the UserError that
+    names it (see open_corpus_file). 🤗 Datasets raises the decompressor's error as it is, naming no file: the
+    compressed files are read again, to find the one."""
+    try:
+        yield
+    except Exception as error:
+        if not is_archive_error(error):
+            raise
+        for path in filter(compression, paths):
+            read_to_the_end(path)
+        raise
 
 
 def iter_text_file_batches(files, batch_size, limit=None, long_texts=False):
@@ -131,10 +198,11 @@ LONG_TEXT_BYTES = 1 << 20
 
 class LongText:
     """A text longer than LONG_TEXT_BYTES, held as where it lies in its file: bytes [start, end) of `path`, already
-    checked to be UTF-8. pieces() reads it back a chunk at a time; str() gives it whole."""
+    checked to be UTF-8. pieces() reads it back a chunk at a time; str() gives it whole. The text of a compressed file
+    lies in `copy`, an uncompressed copy of its line (see long_line_texts), at `path`: kept while the text is."""
 
-    def __init__(self, path, start, end, space_only):
-        self.path, self.start, self.end, self.space_only = path, start, end, space_only
+    def __init__(self, path, start, end, space_only, copy=None):
+        self.path, self.start, self.end, self.space_only, self.copy = path, start, end, space_only, copy
 
     def isspace(self):
         return self.space_only
@@ -195,12 +263,15 @@ def iter_text_file_lines(files, long_texts=False):
     """The lines of text files, without their line breaks: "\\n", "\\r\\n" or "\\r", as Python's universal newlines
     and 🤗 Datasets split them. Each of `files` is a path, or a (path, start, end) byte range: the lines that begin
     in [start, end) (end None: the end of the file), a line beginning at 0 and after each "\\n". Consecutive ranges,
-    wherever cut, give each line once (prepare_tfrecord_shards.py cuts files into parts so). A line is read
-    READ_CHUNK_BYTES at a time; with `long_texts`, a text longer than LONG_TEXT_BYTES comes as a LongText (where it
-    lies), never whole, and as a str otherwise."""
+    wherever cut, give each line once (prepare_tfrecord_shards.py cuts files into parts so). A compressed file is read
+    whole, its range being (0, its size): its bytes can only be read from its start, and plan_parts never cuts it. A
+    line is read READ_CHUNK_BYTES at a time; with `long_texts`, a text longer than LONG_TEXT_BYTES comes as a LongText
+    (where it lies), never whole, and as a str otherwise."""
     for file in files:
         path, start, end = (file, 0, None) if isinstance(file, (str, os.PathLike)) else file
-        with open_file(path, "rb") as f:
+        if compression(path):
+            end = None  # Its size counts compressed bytes, and the reader's positions the text's.
+        with open_corpus_file(path) as f:
             if start:
                 f.seek(start - 1)
                 f.readline()  # The byte before `start`, up to and with the "\n" that ends its line.
@@ -221,9 +292,63 @@ def iter_text_file_lines(files, long_texts=False):
 
 
 def not_utf8(path):
+    """The UserError for the text file `path`, which is not UTF-8: that of its damage, for a compressed file that is
+    damaged (damage decompresses into bytes that are seldom UTF-8, and an archive's checksum comes at its end); for a
+    file compressed that its name does not say is, that it is."""
     from diagnostics import not_utf8_error
 
-    return UserError(not_utf8_error(path, open_file(path, "rb")))
+    named = compression(path)
+    if named:
+        read_to_the_end(path)
+    else:
+        with open_file(path, "rb") as f:
+            beginning = f.read(8)
+        for extension, found in COMPRESSIONS.items():
+            if beginning.startswith(found.magic):
+                return UserError(f"the text file {path!r} is {found.tool}-compressed, but its name does not say so: "
+                                 f"name it {os.path.basename(path)}{extension}, and it is read as it is (a gs:// object "
+                                 "is read as stored, one stored with Content-Encoding: gzip too).")
+    with open_corpus_file(path) as f:
+        return UserError(not_utf8_error(path, f, named.tool if named else None))
+
+
+# What each decompressor raises for a damaged file, or one that is not of its compression (a truncated one: EOFError,
+# from every one); bz2's is a plain OSError, which has no errno (unlike a failed read of the file itself).
+ARCHIVE_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error, lzma.LZMAError, zstd.ZstdError)
+
+
+def is_archive_error(error):
+    return isinstance(error, ARCHIVE_ERRORS) or type(error) is OSError and error.errno is None
+
+
+@contextlib.contextmanager
+def open_corpus_file(path):
+    """A corpus file, local or gs://, open for reading bytes; a compressed one (COMPRESSIONS) decompressed as it is
+    read, and where it proves truncated or damaged, a UserError that names it and says what to do: the one place
+    where a compressed file is read."""
+    named = compression(path)
+    with open_file(path, "rb") as file:
+        if named is None:
+            yield file
+            return
+        try:
+            with named.open(file) as decompressed:
+                yield decompressed
+        except Exception as error:
+            if not is_archive_error(error):
+                raise
+            check = f"gcloud storage cat {path} | {named.tool} -t" if is_gcs_path(path) else f"{named.tool} -t {path}"
+            raise UserError(f"cannot read {path!r} as {named.tool}-compressed, as its name says it is: {error}. It "
+                            f"is truncated or damaged (a download or copy cut short?), or not {named.tool}-compressed: "
+                            f"test it with `{check}`, then copy it again, or give it the extension of its format."
+                            ) from error
+
+
+def read_to_the_end(path):
+    """Reads a corpus file to its end, for the UserError of a compressed one's damage (see open_corpus_file)."""
+    with open_corpus_file(path) as f:
+        while f.read(READ_CHUNK_BYTES):
+            pass
 
 
 def long_line_texts(f, path, position, chunk, long_texts):
@@ -233,6 +358,12 @@ def long_line_texts(f, path, position, chunk, long_texts):
     as iter_text_file_lines splits them ("\\r" is never inside a UTF-8 character). Returns where the next line
     begins."""
     import codecs
+
+    # A LongText is read back from its file, which a compressed file allows from its start only, decompressing all that
+    # comes before the text again (for each long text: hours, for a corpus of long lines). So the line of a compressed
+    # file is copied as it is read, uncompressed, into a temporary file, which its LongTexts are read back from.
+    copy = tempfile.NamedTemporaryFile(prefix="long-line-") if compression(path) else None
+    source, origin = (copy.name, position) if copy else (path, 0)  # The file a LongText lies in, where the line begins.
 
     def new_text(begin):  # Where the text begins, its decoder, its characters while short, whether all are space.
         return {"begin": begin, "decoder": codecs.getincrementaldecoder("utf-8")(), "strings": [], "size": 0,
@@ -244,12 +375,16 @@ def long_line_texts(f, path, position, chunk, long_texts):
         except UnicodeDecodeError as err:
             raise not_utf8(path) from err
         if text["strings"] is None:
-            long_text = LongText(path, text["begin"], end, text["space_only"])
+            if copy:
+                copy.flush()
+            long_text = LongText(source, text["begin"] - origin, end - origin, text["space_only"], copy)
             return long_text if long_texts else str(long_text)
         return "".join(text["strings"])
 
     text, ends_with_cr = new_text(position), False
     while True:
+        if copy:
+            copy.write(chunk)
         line_end = not chunk or chunk.endswith(b"\n") or len(chunk) < READ_CHUNK_BYTES  # Its "\n", or the file's end.
         content = chunk.removesuffix(b"\n")
         ends_with_cr = content.endswith(b"\r") if content else ends_with_cr

@@ -16,6 +16,10 @@ order of the text and the shards are numbered across the parts. With --runner, t
 Apache Beam pipeline (beam_pipeline.py), on this machine or on Dataflow. Hub datasets and JSON-lines or Parquet
 files are read through 🤗 Datasets as one stream, by this process.
 
+Compressed text and JSON-lines files (.gz, .bz2, .xz, .zst) are read as they are, decompressed as they are read. Such
+a file is never cut: it is read whole by one worker, so a corpus in one large compressed file is written by one
+process, and spreads over the workers in several smaller ones.
+
 Each split folder, {output_dir}/{split}/, holds the files of the shard contract (shards.py): INCOMPLETE while it is
 written; the shards, dataset-{index}-{num_samples}.tfrecord, --shard_size samples each, each written under a
 temporary name (*.tfrecord.tmp) and renamed once every part is complete; token_counts.json; then manifest.json,
@@ -45,7 +49,8 @@ from concurrent.futures.process import BrokenProcessPool
 
 from tqdm import tqdm
 
-from corpus import add_corpus_arguments, data_files_format, holdout_side, iter_text_file_batches, text_batches
+from corpus import (add_corpus_arguments, compression, data_files_format, holdout_side, iter_text_file_batches,
+                    text_batches)
 from models import load_backend_tokenizer
 from shards import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, finish_split, plan_parts, start_split,
                     write_part)
@@ -77,7 +82,8 @@ def parse_args():
         data.add_argument(f"--{split}_file", nargs="+",
                           help=f"Text files (local or gs://), or local JSON-lines or Parquet files, for the {split} "
                                "split, instead of the Hub dataset (with --runner: all on gs:// too, and globs in "
-                               "quotes).")
+                               "quotes). Text and JSON-lines files may be compressed (corpus.txt.gz, .bz2, .xz, .zst): "
+                               "they are read as they are.")
     data.add_argument("--validation_share", type=probability,
                       help="Hold this share of the --train_file texts out as the validation split (0.005: 0.5 %%), "
                            "instead of --validation_file: the texts whose hash falls under it (corpus.Holdout), "
@@ -94,8 +100,8 @@ def parse_args():
                         help="Texts tokenized at a time (default: %(default)s).")
     parser.add_argument("--num_workers", type=positive_int,
                         help="Processes that write a split of text files side by side, each its own part of the "
-                             "text (default: one per core, at most one per "
-                             f"{MIN_BYTES_PER_WORKER // 2**20} MiB of text).")
+                             "text; a compressed file is read whole by one (default: one per core, at most one per "
+                             f"{MIN_BYTES_PER_WORKER // 2**20} MiB of files).")
     parser.add_argument("--output_dir", default="tfrecords",
                         help="Folder that receives a folder of shards per split, local or gs:// (default: "
                              "%(default)s).")
@@ -110,7 +116,8 @@ def parse_args():
                            "--num_workers, if given (Dataflow: its initial number of machines).")
     beam.add_argument("--part_size_mb", type=positive_float, default=DEFAULT_PART_SIZE_MB,
                       help="With --runner: each text or JSON-lines file is cut into parts of at most this many MiB, "
-                           "each written by one worker core; a Parquet file is one part (default: %(default)s).")
+                           "each written by one worker core; a Parquet file is one part, and so is a compressed file "
+                           "(default: %(default)s).")
     args, args.beam_args = parser.parse_known_args()
     if args.beam_args and not args.runner:
         parser.error(f"unrecognized arguments: {' '.join(args.beam_args)}")
@@ -182,9 +189,13 @@ def write_split(split, batches, text_files, tokenizer, vocab_size, args):
     keep = holdout_side(split, args.validation_share)
     parts = [None]  # One part, from `batches`.
     if text_files and args.limit is None:  # Parts of equal size: they take about the same time.
-        sizes = [file_size(path) for path in text_files]
+        sizes = [file_size(path) for path in text_files]  # Of a compressed file, its compressed size (plan_parts).
         num_workers = args.num_workers or max(1, min(available_cores(), sum(sizes) // MIN_BYTES_PER_WORKER))
         parts = plan_parts(text_files, sizes, num_workers)
+        if len(parts) < num_workers and any(map(compression, text_files)):
+            logger.warning("%s: %d part(s) for %d worker processes: a compressed file is never cut, each is read "
+                           "whole by one process. A corpus in more, smaller files spreads over more workers.", split,
+                           len(parts), num_workers)
     elif (args.num_workers or 1) > 1:
         logger.warning("%s: written by one process, not --num_workers %d: only text files read whole (without "
                        "--limit) are split between workers.", split, args.num_workers)
@@ -224,7 +235,7 @@ def write_parts_in_processes(split, parts, tokenizer, vocab_size, split_dir, arg
     stop = context.Event()
     # Tokenizer threads per worker: workers x threads = cores; more would only wait for one another.
     threads = max(1, available_cores() // len(parts))
-    logger.info("%s: %d worker processes, %d tokenizer thread(s) each, %.1f MiB of text each", split, len(parts),
+    logger.info("%s: %d worker processes, %d tokenizer thread(s) each, %.1f MiB of files each", split, len(parts),
                 threads, sum(end - start for part in parts for _, start, end in part) / len(parts) / 2**20)
     results = [None] * len(parts)
     with ProcessPoolExecutor(len(parts), mp_context=context, initializer=start_worker,

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 import google_crc32c
 import numpy as np
 
-from corpus import LongText
+from corpus import LongText, compression
 from utils import UserError, delete, exists, is_gcs_path, open_file, rename
 
 logger = logging.getLogger("shards")
@@ -373,10 +373,19 @@ def plan_parts(paths, sizes, num_parts):
     """Cuts text files (`sizes` bytes each), one after the other, into `num_parts` contiguous parts of equal size
     (or one per byte, for fewer bytes), each a list of (path, start, end) byte ranges. The cuts fall anywhere:
     reading a byte range gives the lines that begin in it (corpus.iter_text_file_lines), so the parts, read in
-    order, give every line once, whole, in order."""
+    order, give every line once, whole, in order. A compressed file is never cut (its text can only be read from its
+    start): a cut that falls inside one moves to the nearer of its ends, so that it is read whole, by one part, and
+    there may be fewer parts. Its size is its compressed size, all that is known without reading it."""
     file_starts = list(itertools.accumulate(sizes, initial=0))  # Where each file starts in the concatenation.
     total = file_starts.pop()
-    cuts = sorted({total * k // num_parts for k in range(num_parts + 1)})
+
+    def uncut(cut):  # The cut, moved out of a compressed file.
+        for path, first, size in zip(paths, file_starts, sizes):
+            if first < cut < first + size and compression(path):
+                return first if cut - first < first + size - cut else first + size
+        return cut
+
+    cuts = sorted({uncut(total * k // num_parts) for k in range(num_parts + 1)})
     return [[(path, max(start, first) - first, min(end, first + size) - first)
              for path, first, size in zip(paths, file_starts, sizes) if max(start, first) < min(end, first + size)]
             for start, end in zip(cuts, cuts[1:])]

@@ -3,9 +3,10 @@
 
 A model pre-trained from scratch gets a vocabulary fitted to its own corpus. This script streams the non-blank
 texts of one split (the Hub's WikiText-103 by default, or text files, local or gs://, or local JSON-lines / Parquet
-files), trains a Unigram model on them, or on a uniform random sample of them (--sample_size), with SentencePiece's
-trainer, and saves it as a 🤗 Tokenizers model to --output_dir (local or gs://), where
-`AutoTokenizer.from_pretrained(output_dir)` loads it offline.
+files; text and JSON-lines files compressed too, .gz, .bz2, .xz or .zst, read as they are), trains a Unigram model
+on them, or on a uniform random sample of them (--sample_size), with SentencePiece's trainer, and saves it as a 🤗
+Tokenizers model to --output_dir (local or gs://), where `AutoTokenizer.from_pretrained(output_dir)` loads it
+offline.
 
 The special tokens follow RoBERTa's layout, so that a RobertaConfig, the masking step of run_mlm.py and the
 `fill-mask` pipeline all agree without extra settings; every text is encoded as `<s> text </s>` (a pair as
@@ -69,7 +70,9 @@ def parse_args():
     data.add_argument("--split", default="train", help="Split of the Hub dataset to train on (default: %(default)s).")
     data.add_argument("--train_file", nargs="+",
                       help="Text files (.txt, one record per line; local or gs://), or local JSON-lines "
-                           "(.json/.jsonl) or Parquet files, to train on instead of the Hub dataset.")
+                           "(.json/.jsonl) or Parquet files, to train on instead of the Hub dataset. Text and "
+                           "JSON-lines files may be compressed (corpus.txt.gz, .bz2, .xz, .zst): they are read as "
+                           "they are.")
     parser.add_argument("--vocab_size", type=vocabulary_size, default=10_000,
                         help="Size of the vocabulary, special tokens included (default: %(default)s).")
     sampling = parser.add_argument_group(
@@ -263,16 +266,25 @@ def main(args):
                     else f"all of them: --sample_size {args.sample_size} is not smaller")
         batches = [sample]
 
-    num_texts = 0
+    num_texts, read_errors = 0, []
 
-    def texts():  # Counts the texts as SentencePiece reads them.
+    def texts():  # Counts the texts as SentencePiece reads them, and keeps what stops the reading.
         nonlocal num_texts
-        for batch in batches:
-            num_texts += len(batch)
-            yield from batch
+        try:
+            for batch in batches:
+                num_texts += len(batch)
+                yield from batch
+        except UserError as error:
+            read_errors.append(error)
+            raise
 
     logger.info("Training a Unigram model of %d tokens with SentencePiece", args.vocab_size)
-    tokenizer = train_tokenizer(texts(), args.vocab_size)
+    try:
+        tokenizer = train_tokenizer(texts(), args.vocab_size)
+    except RuntimeError:  # SentencePiece raises an error of the texts' reading (bad input) as its own RuntimeError.
+        if read_errors:
+            raise read_errors[0] from None
+        raise
     vocab_size = tokenizer.get_vocab_size()
     # An error, not a warning: every later step (shards, model size) would follow the smaller vocabulary unseen.
     if vocab_size < args.vocab_size:

@@ -174,9 +174,13 @@ def open_file(path, mode="rb"):
     encoding = {} if "b" in mode else {"encoding": "utf-8"}
     if not is_gcs_path(path):
         return open(path, mode, **encoding)
-    file = gcs_blob(path).open(mode, **encoding)
-    # google-cloud-storage's reader has no readline of its own: IOBase's would call it for every byte.
-    return io.BufferedReader(file) if mode == "rb" else file
+    if mode == "rb":
+        # The bytes as stored, as a downloaded copy holds them. Of an object stored with Content-Encoding: gzip
+        # (`gcloud storage cp -Z`), google-cloud-storage would give them decompressed, so twice for a name that says
+        # .gz (corpus.py decompresses those), and Cloud Storage ignores the ranges its reader reads in when it
+        # decompresses. That reader has no readline of its own: IOBase's would call it for every byte.
+        return io.BufferedReader(gcs_blob(path).open(mode, raw_download=True))
+    return gcs_blob(path).open(mode, **encoding)
 
 
 def exists(path):

@@ -7,11 +7,12 @@ Measured in one run, round after round, so that whatever else loads the machine 
 - raw tokenizer: 🤗 Tokenizers' `Tokenizer.encode_batch` (and `encode_batch_fast`, which skips character
   offsets) over the same non-empty lines, already in memory, in batches of --batch_size lines, on all cores;
 - end to end: `prepare_tfrecord_shards.py --num_workers N` for each N of --num_workers, in a fresh process, from
-  process start to its exit (after the manifest is written), on the corpus (1x) and on the corpus repeated
-  --scale times; tokens per second (every token tokenized, those dropped at the ends of parts included, as the
-  tokenizer counts them), busy cores, tokens per CPU-second (what a core does, whatever else loads the machine),
-  and the peak resident memory of the main process and of the largest worker process (sampled from /proc every
-  50 ms: VmHWM, each process's own high-water mark);
+  process start to its exit (after the manifest is written), on the corpus (1x), on the same text gzip-compressed
+  (1x .gz, read as it is: its time against the text's is reported) and on the corpus repeated --scale times;
+  tokens per second (every token tokenized, those dropped at the ends of parts included, as the tokenizer counts
+  them), busy cores, tokens per CPU-second (what a core does, whatever else loads the machine), and the peak
+  resident memory of the main process and of the largest worker process (sampled from /proc every 50 ms: VmHWM,
+  each process's own high-water mark);
 - with --baseline_script, another version of the script (say the previous commit's) the same way, one process.
 
 With --cores N [N ...], only how it grows with cores, on the larger corpus: for each N, every process pinned to
@@ -37,6 +38,7 @@ And where the time goes: each stage of the script timed alone, one after the oth
 """
 
 import argparse
+import gzip
 import json
 import os
 import subprocess
@@ -49,9 +51,10 @@ import numpy as np
 
 from common import DEFAULT_TRAIN_FILE, REPO, TRAIN_FILE_HELP, describe_machine, load_average, median, print_table
 
-import prepare_tfrecord_shards as shards  # noqa: E402  (common puts the repository on the path)
+import shards  # noqa: E402  (common puts the repository on the path)
 from corpus import iter_text_file_batches  # noqa: E402
 from models import load_backend_tokenizer  # noqa: E402
+from prepare_tfrecord_shards import available_cores  # noqa: E402
 
 
 def parse_args():
@@ -65,7 +68,7 @@ def parse_args():
     parser.add_argument("--scale", type=int, default=4,
                         help="The larger corpus is the corpus repeated this many times (default: %(default)s).")
     parser.add_argument("--rounds", type=int, default=3, help="Rounds of measurements (default: %(default)s).")
-    parser.add_argument("--num_workers", type=int, nargs="+", default=sorted({1, shards.available_cores()}),
+    parser.add_argument("--num_workers", type=int, nargs="+", default=sorted({1, available_cores()}),
                         help="Worker counts to run the script with, each passed as its --num_workers (default: 1 "
                              "and the number of cores, %(default)s).")
     parser.add_argument("--baseline_script", help="Another version of prepare_tfrecord_shards.py to measure too.")
@@ -74,8 +77,8 @@ def parse_args():
                              "cores in turn (at most the cores this process may use).")
     parser.add_argument("--encode_batch_fast_only", action="store_true", help=argparse.SUPPRESS)  # See pinned().
     args = parser.parse_args()
-    if args.cores and max(args.cores) > shards.available_cores():
-        parser.error(f"--cores {max(args.cores)}: this process may use {shards.available_cores()} cores")
+    if args.cores and max(args.cores) > available_cores():
+        parser.error(f"--cores {max(args.cores)}: this process may use {available_cores()} cores")
     return args
 
 
@@ -240,6 +243,9 @@ def main():
             text = f.read()
         with open(larger, "wb") as f:
             f.write(text * args.scale)
+        compressed = os.path.join(scratch, "train.txt.gz")
+        with gzip.open(compressed, "wb") as f:
+            f.write(text)
 
         if args.cores:
             load_before = load_average()
@@ -265,7 +271,7 @@ def main():
                 results.setdefault(f"raw tokenizer, {method}", []).append(
                     (*raw_tokenizer_speed(tokenizer, batches, method), None, None))
             for name, (script, num_workers) in scripts.items():
-                for label, corpus in (("1x", args.train_file), (f"{args.scale}x", larger)):
+                for label, corpus in (("1x", args.train_file), ("1x .gz", compressed), (f"{args.scale}x", larger)):
                     results.setdefault(f"{name}, {label}", []).append(
                         run_script(script, corpus, tokenizer_dir, os.path.join(scratch, "out"), args, num_workers))
             for stage, seconds in time_stages(args.train_file, tokenizer_dir, args,
@@ -295,6 +301,10 @@ def main():
                  "peak RSS main (MiB)", "peak RSS largest worker (MiB)"], rows)
 
     for name in scripts:
+        # Speeds over the same tokens: their ratio is the ratio of the times, taken in each round.
+        slowdown = median([text_run[0] / gz_run[0]
+                           for text_run, gz_run in zip(results[f"{name}, 1x"], results[f"{name}, 1x .gz"])])
+        print(f"{name}: the .gz corpus takes {slowdown:.3f} times as long as its text")
         for column, process in ((2, "main process"), (3, "largest worker")):
             small, big = ([figure[column] for figure in results[f"{name}, {label}"] if figure[column] is not None]
                           for label in ("1x", f"{args.scale}x"))

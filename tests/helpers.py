@@ -1,18 +1,23 @@
 """Helpers for the tests: where the data is, the sizes of the session's fixtures, a CPU's /proc/cpuinfo, running a
-pipeline script the way a user does (in a process of its own, or its main in this process), and reading shards and
-the text they come from independently of the scripts."""
+pipeline script the way a user does (in a process of its own, or its main in this process), compressing files, and
+reading shards and the text they come from independently of the scripts."""
 
 import atexit
+import bz2
 import contextlib
+import gzip
 import importlib
 import io
 import logging
+import lzma
 import os
 import random
 import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import zstandard
 
 REPO = Path(__file__).resolve().parents[1]
 # The first lines of WikiText-2 train and validation, shipped in the repository (tests/data/README.md).
@@ -309,3 +314,16 @@ def own_cross_entropy(mlm, batch):
     is_chosen = batch["labels"] != -100
     return float(tf.reduce_sum(tf.boolean_mask(tf.nn.sparse_softmax_cross_entropy_with_logits(
         labels=tf.where(is_chosen, batch["labels"], 0), logits=tf.cast(logits, tf.float32)), is_chosen)))
+
+
+# How the tests compress a file, by its extension, independently of the code under test: zstd with the zstandard
+# package, not the standard library's module that corpus.py reads with. Each as its command-line tool does: zstd adds
+# a checksum of the content.
+COMPRESSORS = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress,
+               ".zst": lambda data: zstandard.ZstdCompressor(write_checksum=True).compress(data)}
+
+
+def write_compressed(path, data):
+    """Writes the bytes `data` to `path`, compressed as its extension says (COMPRESSORS); returns `path`."""
+    path.write_bytes(COMPRESSORS[path.suffix](data))
+    return path

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from gcs_emulator import GcsEmulator
-from helpers import MAX_LENGTH, REPO, WIKITEXT, run_main, run_script
+from helpers import MAX_LENGTH, REPO, WIKITEXT, run_main, run_script, write_compressed
 
 CONNECTED_ADDRESS = re.compile(r'connect\(\d+, \{sa_family=AF_INET6?, .*?(?:inet_addr\("([^"]+)"\)|'
                                r'inet_pton\(AF_INET6, "([^"]+)")')
@@ -210,6 +210,36 @@ def test_text_that_is_not_utf8_and_an_output_dir_that_is_a_file_on_cloud_storage
     result = run_traced(tmp_path, "train_unigram.py", "--train_file", WIKITEXT / "validation.txt", "--output_dir",
                         "gs://bad-input/a-file", env=env, expect_failure=True)
     assert "error: --output_dir 'gs://bad-input/a-file' is a file, not a folder" in result.stderr
+
+
+def test_compressed_text_is_read_from_cloud_storage_as_it_is_stored(gcs, tokenizer_dir, tmp_path, monkeypatch):
+    import corpus
+    import utils
+    from utils import UserError
+
+    monkeypatch.setattr(utils, "gcs_client", gcs.client)  # In this process: utils' client, on the emulator.
+    bucket = gcs.create_bucket("compressed")
+    compressed = write_compressed(tmp_path / "validation.txt.gz", (WIKITEXT / "validation.txt").read_bytes())
+    bucket.blob("validation.txt.gz").upload_from_filename(str(compressed))
+    # Stored with Content-Encoding: gzip, as `gcloud storage cp -Z` stores a file: google-cloud-storage would
+    # decompress it itself, before corpus.py does.
+    encoded = bucket.blob("encoded.txt.gz")
+    encoded.content_encoding = "gzip"
+    encoded.upload_from_filename(str(compressed))
+    bucket.blob("truncated.txt.gz").upload_from_string(compressed.read_bytes()[:-8])
+    args = ["--tokenizer_name_or_path", tokenizer_dir, "--max_length", MAX_LENGTH, "--shard_size", 100]
+    run_main("prepare_tfrecord_shards.py", *args, "--train_file", WIKITEXT / "validation.txt",
+             "--validation_file", WIKITEXT / "validation.txt", "--output_dir", tmp_path / "from-text")
+    run_main("prepare_tfrecord_shards.py", *args, "--train_file", "gs://compressed/validation.txt.gz",
+             "--validation_file", "gs://compressed/encoded.txt.gz", "--output_dir", tmp_path / "from-gcs")
+    for split in ("train", "validation"):
+        written = {path.name: path.read_bytes() for path in (tmp_path / "from-text" / split).iterdir()}
+        assert {path.name: path.read_bytes() for path in (tmp_path / "from-gcs" / split).iterdir()} == written
+    (batches,) = corpus.text_batches(text_column="text", batch_size=100,
+                                     data_files={"train": ["gs://compressed/truncated.txt.gz"]}).values()
+    with pytest.raises(UserError, match="^cannot read 'gs://compressed/truncated.txt.gz' as gzip-compressed, .* test "
+                                        "it with `gcloud storage cat gs://compressed/truncated.txt.gz | gzip -t`"):
+        list(batches)
 
 
 def test_outputs_on_cloud_storage_are_not_overwritten_without_asking(gcs, tokenizer_dir, shards_dir,

@@ -23,7 +23,8 @@ import run_folder
 import run_mlm
 import shards
 import utils
-from helpers import MAX_LENGTH, REPO, WIKITEXT, run_main, tiny_mlm_args, unfinished_copy
+from helpers import (MAX_LENGTH, REPO, WIKITEXT, assert_entry_point_error, run_main, run_script, tiny_mlm_args,
+                     unfinished_copy, write_compressed)
 from utils import UserError
 
 
@@ -542,7 +543,8 @@ def test_a_long_line_is_tokenized_in_pieces_into_the_tokens_of_the_whole(tokeniz
 
 
 @pytest.mark.fast
-def test_a_long_line_is_read_in_pieces_never_whole_into_the_tokens_of_the_whole(tokenizer_dir, tmp_path,
+@pytest.mark.parametrize("name", ["long.txt", "long.txt.gz"])
+def test_a_long_line_is_read_in_pieces_never_whole_into_the_tokens_of_the_whole(name, tokenizer_dir, tmp_path,
                                                                                   monkeypatch):
     import corpus
 
@@ -550,14 +552,19 @@ def test_a_long_line_is_read_in_pieces_never_whole_into_the_tokens_of_the_whole(
     lines = [line for line in (WIKITEXT / "train.txt").read_text().splitlines() if line.strip()]
     long_line = " ".join(lines[:60]) + " 戦"  # A character of three UTF-8 bytes, cut by some chunk.
     texts = [lines[100], long_line, lines[101], "short\rafter a carriage return", lines[102]]
-    path = tmp_path / "long.txt"
-    path.write_bytes(("\n".join(texts[:3]) + "\r\n" + "\n".join(texts[3:]) + "\n").encode())
+    data = ("\n".join(texts[:3]) + "\r\n" + "\n".join(texts[3:]) + "\n").encode()
+    path = tmp_path / name
+    if name.endswith(".gz"):
+        write_compressed(path, data)
+    else:
+        path.write_bytes(data)
     monkeypatch.setattr(corpus, "READ_CHUNK_BYTES", 1000)
     monkeypatch.setattr(corpus, "LONG_TEXT_BYTES", 1000)
     monkeypatch.setattr(shards, "MAX_PIECE_CHARS", 300)
     read = list(corpus.iter_text_file_lines([str(path)], long_texts=True))
     assert [type(text) for text in read] == [str, corpus.LongText, str, str, str, str]
-    # The long text is held as where it lies, and read back in pieces of at most a chunk.
+    # The long text is held as where it lies (for a compressed file, in an uncompressed copy of its line, which a
+    # text is read back from without decompressing all before it), and read back in pieces of at most a chunk.
     pieces = list(read[1].pieces())
     assert len(pieces) > 10 and max(map(len, pieces)) <= 1000 and "".join(pieces) == long_line
     expected = [token for text in [*texts[:3], "short", "after a carriage return", texts[4]]
@@ -565,6 +572,103 @@ def test_a_long_line_is_read_in_pieces_never_whole_into_the_tokens_of_the_whole(
     assert shards.tokenize(tokenizer, read).tolist() == expected
     # The scripts that want every text whole get it so.
     assert list(corpus.iter_text_file_lines([str(path)])) == [str(text) for text in read]
+    where = read[1].path
+    assert (where == str(path)) != name.endswith(".gz")
+    del read, pieces
+    assert os.path.exists(where) != name.endswith(".gz")  # The copy goes with the last text that lies in it.
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A compressed file that is truncated, damaged or not of the compression its name says (issue #65): one line that
+# names it and says what to do, never a traceback, never a shorter corpus.
+
+
+def damaged_archive(path, damage, text):
+    """Writes `text` to `path`, compressed as its extension says, then `damage`d; returns `path`."""
+    if damage == "not compressed":
+        path.write_bytes(text)
+        return path
+    data = bytearray(write_compressed(path, text).read_bytes())
+    if damage == "truncated":
+        del data[-8:]  # As a download cut short leaves it.
+    else:
+        middle = len(data) // 2
+        data[middle:middle + 8] = bytes(byte ^ 0xFF for byte in data[middle:middle + 8])
+    path.write_bytes(data)
+    return path
+
+
+def damaged_archive_message(path, tool):
+    return (f"cannot read {str(path)!r} as {tool}-compressed, as its name says it is: ", f" It is truncated or damaged "
+            f"(a download or copy cut short?), or not {tool}-compressed: test it with `{tool} -t {path}`, then copy it "
+            "again, or give it the extension of its format.")
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("extension,tool", [(".gz", "gzip"), (".bz2", "bzip2"), (".xz", "xz"), (".zst", "zstd")])
+@pytest.mark.parametrize("damage", ["truncated", "corrupted", "not compressed"])
+def test_a_damaged_archive_is_named_with_what_to_do(extension, tool, damage, tmp_path):
+    text = (WIKITEXT / "validation.txt").read_bytes()
+    path = damaged_archive(tmp_path / f"corpus.txt{extension}", damage, text)
+    (batches,) = corpus.text_batches(text_column="text", batch_size=100, data_files={"train": [str(path)]}).values()
+    with pytest.raises(UserError) as error:
+        list(batches)
+    start, end = damaged_archive_message(path, tool)
+    assert str(error.value).startswith(start) and str(error.value).endswith(end) and "\n" not in str(error.value)
+
+
+@pytest.mark.fast
+def test_compressed_json_lines_read_by_datasets_are_named_when_damaged(tmp_path):
+    text = "".join(json.dumps({"text": line}) + "\n" for line in (WIKITEXT / "validation.txt").read_text().split("\n"))
+    good = write_compressed(tmp_path / "a.jsonl.xz", text.encode())
+    damaged = damaged_archive(tmp_path / "b.jsonl.gz", "truncated", text.encode())
+    # Found as 🤗 Datasets reads the records, or as it opens the files, reading the first ones for their columns.
+    for files in ([good, damaged], [damaged]):
+        with pytest.raises(UserError) as error:
+            (batches,) = corpus.text_batches(text_column="text", batch_size=100,
+                                             data_files={"train": list(map(str, files))}).values()
+            list(batches)
+        assert str(error.value).startswith(damaged_archive_message(damaged, "gzip")[0])
+
+
+@pytest.mark.fast
+def test_compressed_text_that_is_not_utf8_or_whose_name_does_not_say_it_is_compressed_is_named(tmp_path):
+    def error(path):
+        (batches,) = corpus.text_batches(text_column="text", batch_size=100, data_files={"train": [str(path)]}).values()
+        with pytest.raises(UserError) as raised:
+            list(batches)
+        return str(raised.value)
+
+    latin1 = write_compressed(tmp_path / "latin1.txt.bz2", (WIKITEXT / "validation.txt").read_bytes() + b"caf\xe9\n")
+    assert error(latin1).startswith(f"the text file '{latin1}' is not UTF-8: the first invalid byte is at line 501")
+    assert (f"`bzip2 -dc {latin1} | iconv -f latin1 -t utf-8 | bzip2 > {tmp_path / 'latin1.utf8.txt.bz2'}`, then pass "
+            "the converted file.") in error(latin1)
+    unnamed = write_compressed(tmp_path / "corpus.txt.gz", (WIKITEXT / "validation.txt").read_bytes())
+    unnamed = unnamed.rename(tmp_path / "corpus.txt")
+    assert error(unnamed).startswith(f"the text file '{unnamed}' is gzip-compressed, but its name does not say so: "
+                                     "name it corpus.txt.gz, and it is read as it is")
+
+
+def test_a_damaged_archive_stops_each_script_in_one_line_and_leaves_the_split_incomplete(tmp_path, tokenizer_dir):
+    good = write_compressed(tmp_path / "train.txt.gz", (WIKITEXT / "train.txt").read_bytes())
+    damaged = damaged_archive(tmp_path / "validation.txt.gz", "corrupted", (WIKITEXT / "validation.txt").read_bytes())
+    start, end = damaged_archive_message(damaged, "gzip")
+    # The damage comes after the first batch, read while SentencePiece trains.
+    unigram = run_main("train_unigram.py", "--train_file", good, damaged, "--batch_size", 10, "--vocab_size", 1000,
+                       "--output_dir", tmp_path / "tokenizer", expect_failure=True)
+    assert f"error: {start}" in unigram.stderr and end in unigram.stderr and "Traceback" not in unigram.stderr
+    assert not (tmp_path / "tokenizer").exists()
+    args = ["--tokenizer_name_or_path", tokenizer_dir, "--train_file", good, damaged, "--max_length", MAX_LENGTH]
+    one_process = run_main("prepare_tfrecord_shards.py", *args, "--num_workers", 1, "--output_dir", tmp_path / "one",
+                           expect_failure=True)
+    assert f"error: {start}" in one_process.stderr and end in one_process.stderr
+    # In a worker process: its error ends the run, in the same line.
+    workers = run_script("prepare_tfrecord_shards.py", *args, "--num_workers", 2, "--output_dir", tmp_path / "two",
+                         expect_failure=True)
+    assert_entry_point_error(workers, start)
+    for output in ("one", "two"):
+        names = {path.name for path in (tmp_path / output / "train").iterdir()}
+        assert "INCOMPLETE" in names and "manifest.json" not in names
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -11,8 +11,9 @@ import pytest
 import tensorflow as tf
 from transformers import AutoTokenizer
 
-from helpers import (MAX_LENGTH, REPO, SHARD_LINES, VALIDATION_LINES, WIKITEXT, assert_entry_point_error,
-                     check_held_out_splits, cut_parts, part_stream, read_shard, read_split, run_main, run_script)
+from helpers import (COMPRESSORS, MAX_LENGTH, REPO, SHARD_LINES, VALIDATION_LINES, WIKITEXT, assert_entry_point_error,
+                     check_held_out_splits, cut_parts, part_stream, read_shard, read_split, run_main, run_script,
+                     write_compressed)
 from shards import vocabulary_fingerprint
 
 
@@ -413,3 +414,78 @@ def test_validation_share_beside_a_validation_split_of_its_own_is_refused(tmp_pa
                     "--validation_share", 0, expect_failure=True)
     assert "argument --validation_share: must be in (0, 1), 0 and 1 excluded, got 0" in none.stderr
     assert not (tmp_path / "out").exists()
+
+
+# Compressed text files (issue #65): read as they are, each whole, by one worker.
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("extension", COMPRESSORS)
+def test_compressed_text_is_read_as_the_text_itself(tmp_path, extension):
+    from corpus import iter_text_file_lines
+
+    # Line breaks of every kind, non-ASCII text, thousands of lines, no line break at the end.
+    text = (b"first line\r\n\r\n  \nsecond\rthird\t \n\xc3\xa9t\xc3\xa9 \xe2\x80\xa8 fin\n"
+            + (WIKITEXT / "validation.txt").read_bytes() + b"no break at the end")
+    (tmp_path / "text.txt").write_bytes(text)
+    compressed = write_compressed(tmp_path / f"text.txt{extension}", text)
+    expected = list(iter_text_file_lines([tmp_path / "text.txt"]))
+    assert list(iter_text_file_lines([compressed])) == expected
+    # As a part gives it, (0, its size): whole, although the range counts compressed bytes.
+    assert list(iter_text_file_lines([(compressed, 0, compressed.stat().st_size)])) == expected
+
+
+@pytest.mark.fast
+def test_a_compressed_file_is_never_cut_and_the_parts_keep_the_order_of_the_text(tmp_path):
+    from corpus import iter_text_file_lines
+    from shards import plan_parts
+
+    texts = [(WIKITEXT / name).read_bytes() for name in ("train.txt", "validation.txt")]
+    paths = [write_compressed(tmp_path / "a.txt.gz", texts[0]), tmp_path / "b.txt",
+             write_compressed(tmp_path / "c.txt.zst", texts[1]), write_compressed(tmp_path / "d.txt.xz", texts[0])]
+    (tmp_path / "b.txt").write_bytes(texts[1])
+    sizes = [path.stat().st_size for path in paths]
+    whole = list(iter_text_file_lines(paths))
+    for num_parts in (1, 2, 3, 5, 50):
+        parts = plan_parts(paths, sizes, num_parts)
+        assert 1 <= len(parts) <= num_parts
+        ranges = [piece for part in parts for piece in part]
+        # Each compressed file in one range, the whole file; the text file cut anywhere.
+        assert [piece for piece in ranges if piece[0] != paths[1]] == [
+            (path, 0, size) for path, size in zip(paths, sizes) if path != paths[1]]
+        assert [text for part in parts for text in iter_text_file_lines(part)] == whole
+    # Five compressed files of one size on two workers: contiguous groups of whole files, as even as they can be.
+    names = [f"{index}.txt.gz" for index in range(5)]
+    parts = plan_parts(names, [100] * 5, 2)
+    assert [[name for name, _, _ in part] for part in parts] in ([names[:2], names[2:]], [names[:3], names[3:]])
+
+
+@pytest.mark.fast
+def test_shards_from_compressed_text_are_those_from_the_text(tmp_path, tokenizer_dir):
+    compressed = write_compressed(tmp_path / "validation.txt.gz", (WIKITEXT / "validation.txt").read_bytes())
+    args = ["--tokenizer_name_or_path", tokenizer_dir, "--max_length", 32, "--shard_size", 50]
+    run_main("prepare_tfrecord_shards.py", *args, "--train_file", WIKITEXT / "validation.txt",
+             "--output_dir", tmp_path / "from-text")
+    run_main("prepare_tfrecord_shards.py", *args, "--train_file", compressed, "--output_dir", tmp_path / "from-gz")
+    written = {path.name: path.read_bytes() for path in (tmp_path / "from-text" / "train").iterdir()}
+    assert len(written) > 3  # Shards, token counts, manifest.
+    assert {path.name: path.read_bytes() for path in (tmp_path / "from-gz" / "train").iterdir()} == written
+
+
+@pytest.mark.fast
+def test_workers_read_each_compressed_file_whole(tmp_path, tokenizer_dir):
+    plain = [WIKITEXT / "train.txt", WIKITEXT / "validation.txt"]
+    files = [write_compressed(tmp_path / "train.txt.bz2", plain[0].read_bytes()),
+             write_compressed(tmp_path / "validation.txt.zst", plain[1].read_bytes())]
+    result = run_main("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir, "--train_file", *files,
+                      "--max_length", MAX_LENGTH, "--shard_size", 100, "--num_workers", 3, "--output_dir",
+                      tmp_path / "out")
+    manifest, samples = read_split(tmp_path / "out" / "train", vocab_size=1000)
+    # Two parts, not three: each file whole, by one worker, tokenized independently here from the text itself.
+    assert "train: 2 part(s) for 3 worker processes: a compressed file is never cut" in result.stderr
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    expected, dropped, shard_sizes = cut_parts([part_stream([(path, 0, path.stat().st_size)], tokenizer)
+                                                for path in plain], MAX_LENGTH, 100)
+    assert samples == expected
+    assert [shard["num_samples"] for shard in manifest["shards"]] == shard_sizes
+    assert manifest["num_parts"] == 2 and manifest["dropped_tokens"] == dropped

@@ -12,7 +12,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from helpers import (MAX_LENGTH, WIKITEXT, assert_entry_point_error, check_held_out_splits, cut_parts, part_stream,
-                     read_split, run_main, run_script, tiny_mlm_args)
+                     read_split, run_main, run_script, tiny_mlm_args, write_compressed)
 
 # Looked up, not imported: importing Beam takes seconds, paid only where a test needs it.
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("apache_beam") is None,
@@ -62,22 +62,25 @@ def test_each_part_of_each_file_is_cut_on_its_own_and_run_mlm_trains_on_it(beam_
     assert "Trained 3 steps" in result.stderr and (tmp_path / "model" / "tf_model.h5").exists()
 
 
-def test_json_lines_and_parquet_files_give_the_samples_of_their_texts(tmp_path, tokenizer_dir):
+def test_json_lines_parquet_and_compressed_files_give_the_samples_of_their_texts(tmp_path, tokenizer_dir):
     import pyarrow
     import pyarrow.parquet
 
     lines = (WIKITEXT / "validation.txt").read_text().split("\n")
-    (tmp_path / "valid.jsonl").write_text("".join(json.dumps({"content": line, "id": i}) + "\n"
-                                                  for i, line in enumerate(lines)))
+    json_lines = "".join(json.dumps({"content": line, "id": i}) + "\n" for i, line in enumerate(lines))
+    (tmp_path / "valid.jsonl").write_text(json_lines)
     pyarrow.parquet.write_table(pyarrow.table({"content": lines}), tmp_path / "valid.parquet", row_group_size=100)
+    write_compressed(tmp_path / "valid.jsonl.zst", json_lines.encode())
     run_script("prepare_tfrecord_shards.py", *RUNNER, "--tokenizer_name_or_path", tokenizer_dir,
                "--train_file", tmp_path / "valid.jsonl", "--validation_file", tmp_path / "valid.parquet",
-               "--text_column", "content", "--max_length", MAX_LENGTH, "--output_dir", tmp_path / "shards")
-    # One part per file (smaller than --part_size_mb; a Parquet file is one part whatever its size): one stream.
+               "--test_file", tmp_path / "valid.jsonl.zst", "--text_column", "content", "--max_length", MAX_LENGTH,
+               "--output_dir", tmp_path / "shards")
+    # One part per file (smaller than --part_size_mb; a Parquet or compressed file is one part whatever its size):
+    # one stream.
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     expected, dropped, _ = cut_parts([[token for line in lines if line.strip()
                                        for token in tokenizer(line).input_ids]], MAX_LENGTH, 1000)
-    for split in ("train", "validation"):
+    for split in ("train", "validation", "test"):
         manifest, samples = read_split(tmp_path / "shards" / split, vocab_size=1000)
         assert samples == expected and manifest["dropped_tokens"] == dropped and manifest["num_parts"] == 1
 
@@ -86,6 +89,20 @@ def test_validation_share_holds_out_a_split_of_each_part(tmp_path, tokenizer_dir
     run_script("prepare_tfrecord_shards.py", *RUNNER, "--tokenizer_name_or_path", tokenizer_dir,
                "--train_file", WIKITEXT / "*.txt", "--validation_share", 0.2, *GLOB_ARGS, "--output_dir", tmp_path)
     check_held_out_splits(tmp_path, glob_parts(), 0.2, AutoTokenizer.from_pretrained(tokenizer_dir), shard_size=100)
+
+
+@pytest.mark.fast
+def test_a_compressed_file_is_one_part_read_whole(tmp_path):
+    from beam_pipeline import beam_parts, part_texts
+
+    text = (WIKITEXT / "train.txt").read_bytes()
+    (tmp_path / "train.txt").write_bytes(text)
+    compressed = write_compressed(tmp_path / "train.txt.xz", text)
+    files = [(str(path), path.stat().st_size) for path in (tmp_path / "train.txt", compressed)]
+    plain_parts, compressed_parts = beam_parts(files[:1], 10_000), beam_parts(files[1:], 10_000)
+    assert len(plain_parts) > 10 and compressed_parts == [[(str(compressed), 0, compressed.stat().st_size)]]
+    assert list(part_texts(compressed_parts[0], "text")) == [text for part in plain_parts
+                                                             for text in part_texts(part, "text")]
 
 
 @pytest.mark.fast

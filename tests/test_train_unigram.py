@@ -18,7 +18,7 @@ from corpus import iter_text_file_batches
 from train_unigram import (build_tokenizer, log_one_minus_exp, reservoir_sample, tokenizer_from_sentencepiece,
                            train_sentencepiece, train_tokenizer)
 
-from helpers import TOKENIZER_LINES, WIKITEXT, assert_entry_point_error, run_main, run_script
+from helpers import TOKENIZER_LINES, WIKITEXT, assert_entry_point_error, run_main, run_script, write_compressed
 
 
 def texts_trained_on(result):
@@ -87,13 +87,22 @@ def test_json_lines_and_parquet_with_a_text_column(tmp_path):
     records += [{"body": ""}, {"body": "   \t "}, {"body": "\n"}]
     (tmp_path / "data.jsonl").write_text("\n".join(json.dumps(record) for record in records))
     pq.write_table(pa.table({"body": [record["body"] for record in records]}), tmp_path / "data.parquet")
+    write_compressed(tmp_path / "data.jsonl.bz2", (tmp_path / "data.jsonl").read_bytes())  # 🤗 Datasets decompresses.
 
-    for name in ("data.jsonl", "data.parquet"):
+    for name in ("data.jsonl", "data.parquet", "data.jsonl.bz2"):
         result = run_main("train_unigram.py", "--train_file", tmp_path / name, "--text_column", "body",
                           "--vocab_size", 50, "--output_dir", tmp_path / f"tokenizer-{name}")
         assert texts_trained_on(result) == 200  # The three empty or whitespace-only records were skipped.
         tokenizer = AutoTokenizer.from_pretrained(tmp_path / f"tokenizer-{name}")
         assert tokenizer.decode(tokenizer("gamma delta").input_ids, skip_special_tokens=True) == "gamma delta"
+
+
+def test_compressed_text_gives_the_tokenizer_of_the_text(tmp_path, tokenizer_dir):
+    compressed = write_compressed(tmp_path / "train.txt.gz", (WIKITEXT / "train.txt").read_bytes())
+    run_main("train_unigram.py", "--train_file", compressed, "--limit", TOKENIZER_LINES, "--vocab_size", 1000,
+             "--output_dir", tmp_path / "tokenizer")
+    # The session's tokenizer, trained on the same lines of train.txt.
+    assert (tmp_path / "tokenizer" / "tokenizer.json").read_bytes() == (tokenizer_dir / "tokenizer.json").read_bytes()
 
 
 @pytest.mark.fast
