@@ -203,17 +203,22 @@ def sst2_subset(glue_dir, output_dir, size):
     return folder
 
 
-def run_folder(args, arm, task_name, learning_rate, seed):
+def run_folder(output_dir, arm, task_name, learning_rate, seed):
     """A run's folder in --output_dir: its name says the model, task, rate and seed."""
-    return os.path.join(args.output_dir, f"{arm.replace(' ', '-')}-{task_name}-lr{learning_rate:g}-seed{seed}")
+    return os.path.join(output_dir, f"{arm.replace(' ', '-')}-{task_name}-lr{learning_rate:g}-seed{seed}")
+
+
+def read_kept_run(folder):
+    """A run's eval_results.json, which run_classification.py writes last: there, the run is complete."""
+    with open(os.path.join(folder, "eval_results.json")) as f:
+        return json.load(f)
 
 
 def run(args, arm, task_name, learning_rate, seed, data_dir):
     """One run_classification.py run, unless its results are there (check_kept_run has checked them): (its
     eval_results.json, seconds it took)."""
-    folder = run_folder(args, arm, task_name, learning_rate, seed)
-    results_file = os.path.join(folder, "eval_results.json")
-    kept = os.path.exists(results_file)
+    folder = run_folder(args.output_dir, arm, task_name, learning_rate, seed)
+    kept = os.path.exists(os.path.join(folder, "eval_results.json"))
     if not kept:
         model = args.models.get(arm) or next(iter(args.models.values()))
         command = [sys.executable, str(REPO / "run_classification.py"), "--model_name_or_path", model,
@@ -229,8 +234,9 @@ def run(args, arm, task_name, learning_rate, seed, data_dir):
             raise SystemExit(f"{' '.join(map(str, command))} failed:\n{result.stderr[-3000:]}")
         with open(os.path.join(folder, "seconds.txt"), "w") as f:
             f.write(f"{time.perf_counter() - start:.1f}\n")
-    with open(results_file) as f, open(os.path.join(folder, "seconds.txt")) as seconds:
-        results, run_seconds = json.load(f), float(seconds.read())
+    results = read_kept_run(folder)
+    with open(os.path.join(folder, "seconds.txt")) as seconds:
+        run_seconds = float(seconds.read())
     if not kept:
         print(f"{arm}, {task_name}, learning rate {learning_rate:g}, seed {seed}: {results['validation']['score']:.4f}",
               flush=True)
@@ -240,8 +246,7 @@ def run(args, arm, task_name, learning_rate, seed, data_dir):
 def check_kept_run(args, task_name, folder):
     """Refuses a kept run made with other flags than asked: it would enter the table silently, as its folder's name
     says only the model, task, rate and seed."""
-    with open(os.path.join(folder, "eval_results.json")) as f:
-        results = json.load(f)
+    results = read_kept_run(folder)
     made_with = {"--num_epochs": (results["num_epochs"], args.num_epochs),
                  "--per_replica_batch_size": (results["global_batch_size"] // results["num_replicas"],
                                               args.per_replica_batch_size)}
@@ -251,6 +256,11 @@ def check_kept_run(args, task_name, folder):
     if differing:
         raise UserError(f"the run kept in {folder} was made with {', '.join(differing)}. Give each setting of the "
                         "flags its own --output_dir.")
+
+
+def best_learning_rate(scores_by_rate):
+    """The learning rate whose runs score best on average: {rate: [the score of each seed's run]}."""
+    return max(scores_by_rate, key=lambda rate: statistics.mean(scores_by_rate[rate]))
 
 
 def mean_and_sd(values):
@@ -274,9 +284,10 @@ def main(args):
     # The first learning rate for every model and task first: a benchmark stopped early has a whole table of it.
     plan = [(arm, task_name, learning_rate, seed) for learning_rate in args.learning_rates for seed in args.seeds
             for task_name in args.tasks for arm in arms]
-    kept = [key for key in plan if os.path.exists(os.path.join(run_folder(args, *key), "eval_results.json"))]
+    kept = [key for key in plan
+            if os.path.exists(os.path.join(run_folder(args.output_dir, *key), "eval_results.json"))]
     for key in kept:  # Each before the first run, not when its turn comes.
-        check_kept_run(args, key[1], run_folder(args, *key))
+        check_kept_run(args, key[1], run_folder(args.output_dir, *key))
     if args.summary_only:
         plan = kept
     results = {}
@@ -306,7 +317,7 @@ def print_summary(args, arms, results, lexical):
             if not by_rate:
                 row.append("")
                 continue
-            best_rate = max(by_rate, key=lambda rate: statistics.mean(run["score"] for run in by_rate[rate]))
+            best_rate = best_learning_rate({rate: [run["score"] for run in runs] for rate, runs in by_rate.items()})
             runs = by_rate[best_rate]
             row.append(" / ".join("%.1f ± %.1f" % tuple(100 * x for x in mean_and_sd([run[name] for run in runs]))
                                   for name in TASKS[task_name][2]) + f" ({best_rate:g}, {len(runs)} seeds)")

@@ -702,3 +702,41 @@ def test_the_glue_benchmark_checks_every_tasks_files_and_model_before_the_first_
     result = run_main("benchmarks/glue.py", *flags, "--tasks", "cola", "--seeds", 1, "--model", f"a model={model}")
     assert started == [("a model", "cola", 1e-3), ("random weights", "cola", 1e-3)]
     assert "| a model " in result.stdout and "| 50.0 ± 0.0 (0.001, 1 seeds) |" in result.stdout
+
+
+@pytest.mark.fast
+def test_the_minutes_picture_draws_glue_py_averages_and_refuses_a_point_missing_runs(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from glue import lexical_baseline, run_folder
+
+    def keep(model, task_index, learning_rate, seed, score):
+        folder = run_folder(str(tmp_path / "runs"), model, list(FOLDERS)[task_index], learning_rate, seed)
+        os.makedirs(folder)
+        with open(os.path.join(folder, "eval_results.json"), "w") as f:
+            json.dump({"validation": {"score": score}}, f)
+
+    for seed in (1, 2, 3):
+        for task_index in range(5):
+            # Task i, seed s: base + 0.02 i + 0.01 s at 1e-3; at 3e-4 one run better than all, the mean worse.
+            for model, base in (("short run", 0.40), ("long run", 0.60)):
+                keep(model, task_index, 1e-3, seed, base + 0.02 * task_index + 0.01 * seed)
+                keep(model, task_index, 3e-4, seed, 0.9 if seed == 1 else 0.0)
+            keep("random weights", task_index, 1e-3, seed, 0.30)
+            keep("random weights", task_index, 3e-4, seed, 0.20)
+    picture = tmp_path / "minutes.png"
+    flags = ["--glue_dir", GLUE, "--runs_dir", tmp_path / "runs", "--learning_rates", "1e-3", "3e-4",
+             "--point", "NSP", "10", "short run", "--point", "NSP", "60", "long run", "--output", picture]
+    table = run_main("benchmarks/glue_minutes.py", *flags).stdout
+    # Per task the mean over seeds at the best mean's rate (0.42 + 0.02 i), their mean; the sd of the seeds' averages.
+    assert "| NSP    | 10      | short run | 42.0 | 44.0  | 46.0 | 48.0  | 50.0 | 46.0 ± 1.0" in table
+    assert "| NSP    | 60      | long run  | 62.0 | 64.0  | 66.0 | 68.0  | 70.0 | 66.0 ± 1.0" in table
+    lexical = np.mean([lexical_baseline(str(GLUE / folder), task)["score"] for task, folder in FOLDERS.items()])
+    assert f"random weights 30.0; counting words {100 * lexical:.1f}" in table
+    assert picture.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    # A point whose grid is not complete is refused: an average of fewer runs would look like the others.
+    missing = run_folder(str(tmp_path / "runs"), "long run", "rte", 3e-4, 2)
+    shutil.rmtree(missing)
+    result = run_main("benchmarks/glue_minutes.py", *flags, expect_failure=True)
+    assert result.stderr.splitlines()[-1] == (
+        f"error: 'long run' lacks 1 run(s) in {tmp_path / 'runs'}, such as {missing}: run benchmarks/glue.py with "
+        "this --output_dir, --model and grid first.")
