@@ -308,8 +308,12 @@ def not_utf8(path):
                 return UserError(f"the text file {path!r} is {found.tool}-compressed, but its name does not say so: "
                                  f"name it {os.path.basename(path)}{extension}, and it is read as it is (a gs:// object "
                                  "is read as stored, one stored with Content-Encoding: gzip too).")
+    # The converted file keeps the extensions that the scripts read it by: corpus.utf8.txt.gz for corpus.txt.gz.
+    name = str(path)
+    stem = name[:len(name) - len("".join(extensions(path)))]
+    converted = f"{stem}.utf8{name[len(stem):]}"
     with open_corpus_file(path) as f:
-        return UserError(not_utf8_error(path, f, named.tool if named else None))
+        return UserError(not_utf8_error(path, f, converted, named.tool if named else None))
 
 
 # What each decompressor raises for a damaged file, or one that is not of its compression (a truncated one: EOFError,

@@ -24,11 +24,11 @@ def hub_unreachable_error(dataset_name, err):
         "with the Makefile, `make demo DATA=folder/with/train.txt/and/validation.txt`.")
 
 
-def not_utf8_error(path, file, tool=None):
+def not_utf8_error(path, file, converted, tool=None):
     """The message for the text file `path`, open in binary `file` at its start, that is not valid UTF-8: where its
-    first invalid byte is (which the text reader's error does not say), and how to convert it; `tool`: the command
-    that decompresses it, for a compressed file (`file` is then its text). Each line decodes on its own: no UTF-8
-    character holds the byte of "\\n"."""
+    first invalid byte is (which the text reader's error does not say), and how to convert it into the file
+    `converted`; `tool`: the command that decompresses it, for a compressed file (`file` is then its text). Each line
+    decodes on its own: no UTF-8 character holds the byte of "\\n"."""
     offset = 0
     with file as f:
         for line_number, line in enumerate(f, start=1):
@@ -40,12 +40,8 @@ def not_utf8_error(path, file, tool=None):
             offset += len(line)
         else:
             position = "an unknown position"
-    if tool:
-        name, compression = os.path.splitext(path)
-        stem, extension = os.path.splitext(name)
-        convert = f"{tool} -dc {path} | iconv -f latin1 -t utf-8 | {tool} > {stem}.utf8{extension}{compression}"
-    else:
-        convert = f"iconv -f latin1 -t utf-8 {path} > {path}.utf8"
+    convert = (f"{tool} -dc {path} | iconv -f latin1 -t utf-8 | {tool} > {converted}" if tool
+               else f"iconv -f latin1 -t utf-8 {path} > {converted}")
     return (f"the text file {path!r} is not UTF-8: the first invalid byte is at {position}. The scripts "
             f"read UTF-8 text only. Convert the file first, e.g. from Latin-1: `{convert}`, then pass the converted "
             "file.")
