@@ -6,17 +6,15 @@ without them.
 """
 
 import argparse
-import contextlib
 import copy
 import functools
 import hashlib
 import json
 import logging
-import math
 import os
 
 from shards import vocabulary_fingerprint
-from utils import UserError, is_gcs_path, local_copy
+from utils import UserError, finite_float, is_gcs_path, local_copy
 
 logger = logging.getLogger("models")
 
@@ -136,9 +134,12 @@ def config_overrides(text):
     more, a size of 0, or a number that is NaN or infinite would train a model that cannot learn, or fail deep in
     Keras."""
     for name, _, value in (pair.partition("=") for pair in text.split(",")):
-        with contextlib.suppress(ValueError):  # Numbers only: a value may be a name (gelu), None or true.
-            if not math.isfinite(float(value)):
-                raise argparse.ArgumentTypeError(f"{name} must be a finite number, got {value}")
+        try:
+            finite_float(value)
+        except ValueError:  # Numbers only: a value may be a name (gelu), None or true.
+            pass
+        except argparse.ArgumentTypeError as err:
+            raise argparse.ArgumentTypeError(f"{name} {err}") from None
         if "dropout" in name and value != "None" and not 0 <= float(value) < 1:
             raise argparse.ArgumentTypeError(f"{name} is a dropout rate: it must be in [0, 1), got {value}")
         if (name.endswith("_size") or name.startswith("num_") or name == "max_position_embeddings") \

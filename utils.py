@@ -18,7 +18,6 @@ import functools
 import glob
 import io
 import logging
-import math
 import os
 import posixpath
 import re
@@ -46,13 +45,18 @@ def positive_int(text):
     return int(text)
 
 
+# The largest float32: the models train in float32 (bfloat16's range is the same), where a larger number is infinity.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def finite_float(text):
-    """An argparse type: a number, but neither NaN nor infinity, which no run can use: a weight or rate of inf makes
-    the loss NaN at the first step ("argument --pair_loss_weight: must be a finite number, got inf"). Every float
-    flag's type is this one or builds on it."""
+    """An argparse type: a number, but neither NaN nor infinity nor one that is infinity in float32, which no run can
+    use: a weight or rate of inf makes the loss NaN at the first step ("argument --pair_loss_weight: must be a finite
+    number of float32's range, up to 3.4e38 in size, got inf"). Every float flag's type is this one or builds on it."""
     value = float(text)
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    if not abs(value) <= FLOAT32_MAX:  # NaN too.
+        raise argparse.ArgumentTypeError(f"must be a finite number of float32's range, up to 3.4e38 in size, "
+                                         f"got {text}")
     return value
 
 
