@@ -22,30 +22,30 @@ for name in ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST", "GOOGLE_
 
 import pytest  # noqa: E402
 
-from helpers import (MAX_LENGTH, SHARD_LINES, TOKENIZER_LINES, VALIDATION_LINES, WIKITEXT, run_main,  # noqa: E402
-                     tiny_mlm_args)
+from helpers import (MAX_LENGTH, SHARD_LINES, TOKENIZER_LINES, VALIDATION_LINES, WIKITEXT, built_once,  # noqa: E402
+                     run_main, tiny_mlm_args)
 
 
 @pytest.fixture(scope="session")
 def tokenizer_dir(tmp_path_factory):
     """A Unigram tokenizer trained by train_unigram.py on the first lines of WikiText-2 train."""
-    output_dir = tmp_path_factory.mktemp("tokenizer") / "tokenizer"
-    run_main("train_unigram.py", "--train_file", WIKITEXT / "train.txt", "--limit", TOKENIZER_LINES,
-             "--vocab_size", 1000, "--output_dir", output_dir)
-    return output_dir
+    return built_once(tmp_path_factory, "tokenizer/tokenizer", lambda output_dir: run_main(
+        "train_unigram.py", "--train_file", WIKITEXT / "train.txt", "--limit", TOKENIZER_LINES, "--vocab_size", 1000,
+        "--output_dir", output_dir))
 
 
 @pytest.fixture(scope="session")
 def shards_dir(tokenizer_dir, tmp_path_factory):
     """Train and validation shards written by prepare_tfrecord_shards.py: samples of MAX_LENGTH tokens."""
-    output_dir = tmp_path_factory.mktemp("shards") / "tfrecords"
-    validation_file = output_dir.parent / "validation.txt"
-    with open(WIKITEXT / "validation.txt", encoding="utf-8") as f:
-        validation_file.write_text("".join(f.readline() for _ in range(VALIDATION_LINES)), encoding="utf-8")
-    run_main("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
-             "--train_file", WIKITEXT / "train.txt", "--validation_file", validation_file, "--limit", SHARD_LINES,
-             "--max_length", MAX_LENGTH, "--shard_size", 100, "--output_dir", output_dir)
-    return output_dir
+    def build(output_dir):
+        validation_file = output_dir.parent / "validation.txt"
+        with open(WIKITEXT / "validation.txt", encoding="utf-8") as f:
+            validation_file.write_text("".join(f.readline() for _ in range(VALIDATION_LINES)), encoding="utf-8")
+        run_main("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
+                 "--train_file", WIKITEXT / "train.txt", "--validation_file", validation_file, "--limit", SHARD_LINES,
+                 "--max_length", MAX_LENGTH, "--shard_size", 100, "--output_dir", output_dir)
+
+    return built_once(tmp_path_factory, "shards/tfrecords", build)
 
 
 @pytest.fixture(scope="session")
@@ -53,15 +53,14 @@ def tiny_config_dir(tmp_path_factory):
     """A tiny RoBERTa config saved locally, standing in for a Hub id such as FacebookAI/roberta-base."""
     from transformers import RobertaConfig
 
-    config_dir = tmp_path_factory.mktemp("tiny-roberta")
-    RobertaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                  max_position_embeddings=MAX_LENGTH + 2).save_pretrained(config_dir)
-    return config_dir
+    # Shared too: the pre-trained model's folder names it, whichever process reads that.
+    return built_once(tmp_path_factory, "tiny-roberta/config", RobertaConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=MAX_LENGTH + 2).save_pretrained)
 
 
 @pytest.fixture(scope="session")
 def pretrained_model_dir(shards_dir, tokenizer_dir, tiny_config_dir, tmp_path_factory):
     """A tiny masked-LM folder saved by run_mlm.py after a few steps: the input of run_classification.py."""
-    output_dir = tmp_path_factory.mktemp("pretrained") / "mlm-model"
-    run_main("run_mlm.py", *tiny_mlm_args(shards_dir, tokenizer_dir, tiny_config_dir, output_dir), "--max_steps", 20)
-    return output_dir
+    return built_once(tmp_path_factory, "pretrained/mlm-model", lambda output_dir: run_main(
+        "run_mlm.py", *tiny_mlm_args(shards_dir, tokenizer_dir, tiny_config_dir, output_dir), "--max_steps", 20))

@@ -1,10 +1,12 @@
-"""Helpers for the tests: where the data is, the sizes of the session's fixtures, a CPU's /proc/cpuinfo, running a
-pipeline script the way a user does (in a process of its own, or its main in this process), compressing files, and
-reading shards and the text they come from independently of the scripts."""
+"""Helpers for the tests: where the data is, the sizes of the session's fixtures and a folder that the test processes
+build once between them, a CPU's /proc/cpuinfo, running a pipeline script the way a user does (in a process of its
+own, or its main in this process), compressing files, and reading shards and the text they come from independently
+of the scripts."""
 
 import atexit
 import bz2
 import contextlib
+import fcntl
 import gzip
 import importlib
 import io
@@ -12,6 +14,7 @@ import logging
 import lzma
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -55,6 +58,24 @@ def write_cpuinfo(root, processor, cores, threads_per_core=1):
     (root / "proc" / "cpuinfo").write_text(
         "".join("".join(f"{name}\t: {value}\n" for name, value in block.items()) + "\n" for block in blocks))
     return root
+
+
+def built_once(tmp_path_factory, path, build):
+    """The folder `path` ("its own folder/its name"), made by build(folder) once in the test session: `make test`'s
+    processes (pytest-xdist workers) share it, the first that needs it builds it while the others wait. A session or
+    module fixture of each process would build it in each, seconds of CPU every time. The tests only read it."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # The session's temporary folder, above each worker's own.
+    folder = root / "shared" / path
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # Released as the file closes.
+        if not (folder.parent / ".built").exists():  # A process whose build failed left no mark: build it again.
+            shutil.rmtree(folder, ignore_errors=True)
+            build(folder)
+            (folder.parent / ".built").touch()
+    return folder
 
 
 def run_script(script, *args, expect_failure=False, env=None, timeout=600, prefix=()):
@@ -295,7 +316,6 @@ def unfinished_copy(run_dir, destination):
     """What an interrupted run_mlm.py leaves, made from the folder of a finished one: its checkpoints, logs and
     training_results.json, without the saved model and the step it was saved at."""
     import json
-    import shutil
 
     shutil.copytree(run_dir / "checkpoints", destination / "checkpoints")
     shutil.copytree(run_dir / "logs", destination / "logs")

@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from helpers import MAX_LENGTH, WIKITEXT, run_main, unfinished_copy
+from helpers import MAX_LENGTH, WIKITEXT, built_once, run_main, unfinished_copy
 from test_export_model import MLM_TEXTS, assert_numpy_forward_gives, masked_lm_logits, tensorflow_logits
 
 SHORT = 32  # Phase 1's length; phase 2 runs at MAX_LENGTH.
@@ -19,11 +19,10 @@ SHORT = 32  # Phase 1's length; phase 2 runs at MAX_LENGTH.
 
 @pytest.fixture(scope="module")
 def short_shards_dir(tokenizer_dir, tmp_path_factory):
-    output_dir = tmp_path_factory.mktemp("short-shards") / "tfrecords"
-    run_main("prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir,
-               "--train_file", WIKITEXT / "train.txt", "--validation_file", WIKITEXT / "validation.txt",
-               "--limit", 600, "--max_length", SHORT, "--shard_size", 200, "--output_dir", output_dir)
-    return output_dir
+    return built_once(tmp_path_factory, "short-shards/tfrecords", lambda output_dir: run_main(
+        "prepare_tfrecord_shards.py", "--tokenizer_name_or_path", tokenizer_dir, "--train_file",
+        WIKITEXT / "train.txt", "--validation_file", WIKITEXT / "validation.txt", "--limit", 600, "--max_length",
+        SHORT, "--shard_size", 200, "--output_dir", output_dir))
 
 
 def flags(shards, max_length, output_dir, *more):
@@ -35,12 +34,12 @@ def flags(shards, max_length, output_dir, *more):
 @pytest.fixture(scope="module")
 def phase_1_dir(short_shards_dir, tokenizer_dir, tiny_config_dir, tmp_path_factory):
     """Phase 1: the tiny RoBERTa (positions for MAX_LENGTH tokens) trained at SHORT tokens, with evaluations. From
-    a zero output bias: its evaluations then tell the trained model from a new one, and from a frequency table."""
-    output_dir = tmp_path_factory.mktemp("phase-1") / "model"
-    run_main("run_mlm.py", *flags(short_shards_dir, SHORT, output_dir, "--tokenizer", tokenizer_dir,
-                                    "--pretrained_model_config", tiny_config_dir, "--max_steps", 20,
-                                    "--output_bias", "zeros"))
-    return output_dir
+    a zero output bias: its evaluations then tell the trained model from a new one, and from a frequency table.
+    Once for all test processes (helpers.built_once)."""
+    return built_once(tmp_path_factory, "phase-1/model", lambda output_dir: run_main(
+        "run_mlm.py", *flags(short_shards_dir, SHORT, output_dir, "--tokenizer", tokenizer_dir,
+                             "--pretrained_model_config", tiny_config_dir, "--max_steps", 20,
+                             "--output_bias", "zeros")))
 
 
 def results(folder):

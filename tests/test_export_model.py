@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-from helpers import REPO, assert_entry_point_error, run_main, run_script
+from helpers import REPO, assert_entry_point_error, built_once, run_main, run_script
 
 BANKING77 = REPO / "tests" / "data" / "banking77"
 MLM_TEXTS = ["The game was released in <mask> 2011 .", "He was born in the <mask> of London , England ."]
@@ -22,13 +22,13 @@ CLASSIFICATION_TEXTS = ["What is the exchange rate for euros?", "My card has not
 
 @pytest.fixture(scope="module")
 def classifier_dir(pretrained_model_dir, tmp_path_factory):
-    """A classifier fine-tuned by run_classification.py from the tiny masked LM, for two epochs."""
-    output_dir = tmp_path_factory.mktemp("classifier") / "model"
-    run_main("run_classification.py", "--model_name_or_path", pretrained_model_dir,
-             "--train_file", BANKING77 / "train.csv", "--test_file", BANKING77 / "test.csv",
-             "--label_column", "category", "--max_length", 32, "--per_replica_batch_size", 8,
-             "--learning_rate", 5e-3, "--num_epochs", 2, "--no_tpu", "--output_dir", output_dir)
-    return output_dir
+    """A classifier fine-tuned by run_classification.py from the tiny masked LM, for two epochs (once for all test
+    processes: helpers.built_once)."""
+    return built_once(tmp_path_factory, "classifier/model", lambda output_dir: run_main(
+        "run_classification.py", "--model_name_or_path", pretrained_model_dir, "--train_file", BANKING77 / "train.csv",
+        "--test_file", BANKING77 / "test.csv", "--label_column", "category", "--max_length", 32,
+        "--per_replica_batch_size", 8, "--learning_rate", 5e-3, "--num_epochs", 2, "--no_tpu", "--output_dir",
+        output_dir))
 
 
 class Weights:

@@ -319,34 +319,9 @@ def test_a_claim_in_a_bucket_is_a_lease_that_expires_and_one_of_two_runs_wins(bu
     assert run_folder.OutputDirLease(folder).read() == (None, None)
 
 
-def test_the_same_command_twice_into_one_folder_is_refused_and_a_killed_run_does_not_block(
-        shards_dir, tokenizer_dir, tiny_config_dir, tmp_path):
-    output_dir = tmp_path / "model"
-    args = [*tiny_mlm_args(shards_dir, tokenizer_dir, tiny_config_dir, output_dir), "--max_steps", 10**6,
-            "--checkpoint_every_steps", 10]
-    first = subprocess.Popen([sys.executable, str(REPO / "run_mlm.py"), *map(str, args)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        for line in first.stderr:
-            if "Steps 1 to " in line:
-                break
-        second = run_main("run_mlm.py", *args, expect_failure=True)
-        assert (f"error: another run is writing into --output_dir '{output_dir}': process {first.pid} on host "
-                f"{socket.gethostname()}, started ") in second.stderr
-        assert "Model:" not in second.stderr and "Traceback" not in second.stderr  # At once.
-        # Until the checkpoint is listed in its folder's file "checkpoint", written after its own files: a run killed
-        # between the two leaves a checkpoint that a resumed run does not see.
-        while not tf.train.latest_checkpoint(str(output_dir / "checkpoints")):
-            time.sleep(0.2)
-    finally:
-        first.kill()  # SIGKILL: no checkpoint at the end, no release.
-        first.wait()
-    assert (output_dir / "running.json").exists()
-    last_step = int(tf.train.latest_checkpoint(str(output_dir / "checkpoints")).rsplit("-", 1)[1])
-    third = run_main("run_mlm.py", *args, "--max_steps", last_step + 2)
-    assert f"names a run that ended without releasing it (process {first.pid}" in third.stderr
-    assert f"Resuming from {output_dir / 'checkpoints' / f'ckpt-{last_step}'}" in third.stderr
-    assert not (output_dir / "running.json").exists() and (output_dir / "tf_model.h5").exists()
+# The same command twice into one folder, the second refused at once, then the first killed (SIGKILL: no release)
+# and the folder taken over by the next run: tests/test_run_mlm.py's
+# test_train_refuse_a_second_run_kill_resume_and_fill_mask, whose run is killed and resumed anyway.
 
 
 @pytest.fixture

@@ -94,12 +94,12 @@ def test_sigterm_saves_a_checkpoint_then_the_same_command_resumes(shards_dir, to
                                                                   tmp_path):
     output_dir = tmp_path / "model"
     args = tiny_mlm_args(shards_dir, tokenizer_dir, tiny_config_dir, output_dir) + [
-        "--max_steps", 500, "--eval_every_steps", 100, "--checkpoint_every_steps", 5000]
+        "--max_steps", 300, "--eval_every_steps", 60, "--checkpoint_every_steps", 5000]
     process = subprocess.Popen([sys.executable, str(REPO / "run_mlm.py"), *map(str, args)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     # Once the first of five rounds has ended: the signal comes in the middle of the run, however fast the machine.
     for line in process.stderr:
-        if " run_mlm: Step 100: " in line:
+        if " run_mlm: Step 60: " in line:
             break
     process.send_signal(signal.SIGTERM)  # What a preempted VM receives.
     stderr = process.stderr.read()
@@ -108,12 +108,12 @@ def test_sigterm_saves_a_checkpoint_then_the_same_command_resumes(shards_dir, to
     saved = re.search(r"Stopped by SIGTERM at step (\d+), after saving checkpoint (\S+)\.", stderr)
     assert saved, stderr[-3000:]
     stopped_at = int(saved.group(1))
-    assert 100 <= stopped_at < 500 and saved.group(2).endswith(f"ckpt-{stopped_at}")  # No periodic one was due.
+    assert 60 <= stopped_at < 300 and saved.group(2).endswith(f"ckpt-{stopped_at}")  # No periodic one was due.
     assert not (output_dir / "tf_model.h5").exists()
 
     result = run_main("run_mlm.py", *args)
     assert f"at step {stopped_at}" in result.stderr and f"Steps {stopped_at + 1} to " in result.stderr
-    assert json.loads((output_dir / "training_results.json").read_text())["step"] == 500
+    assert json.loads((output_dir / "training_results.json").read_text())["step"] == 300
 
 
 def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(shards_dir, tokenizer_dir, tiny_config_dir,

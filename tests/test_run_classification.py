@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from classifier import evaluation_dataset
-from helpers import REPO, assert_entry_point_error, run_main, run_script, unfinished_copy
+from helpers import REPO, assert_entry_point_error, built_once, run_main, run_script, unfinished_copy
 from models import load_tokenizer
 from run_classification import build_model, classification_config, parse_args, prepare_data, train
 from run_folder import last_checkpoint
@@ -29,9 +29,9 @@ def fine_tune_args(model_dir, output_dir):
 
 @pytest.fixture(scope="module")
 def fine_tuned_dir(pretrained_model_dir, tmp_path_factory):
-    output_dir = tmp_path_factory.mktemp("fine-tuned") / "model"
-    run_main("run_classification.py", *fine_tune_args(pretrained_model_dir, output_dir), "--num_epochs", 30)
-    return output_dir
+    # Once for all test processes (helpers.built_once): 30 epochs.
+    return built_once(tmp_path_factory, "fine-tuned/model", lambda output_dir: run_main(
+        "run_classification.py", *fine_tune_args(pretrained_model_dir, output_dir), "--num_epochs", 30))
 
 
 def test_fine_tune_evaluate_and_classify(fine_tuned_dir):

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -107,7 +108,7 @@ def checkpoint_steps(model_dir):
     return sorted(int(path.name.split("-")[1].split(".")[0]) for path in (model_dir / "checkpoints").glob("*.index"))
 
 
-def test_train_interrupt_resume_and_fill_mask(train_args, tmp_path, monkeypatch):
+def test_train_refuse_a_second_run_kill_resume_and_fill_mask(train_args, tmp_path, monkeypatch):
     model_dir = tmp_path / "model"
     # From a zero output bias, as 🤗 Transformers initialises it: learning the token frequencies shows at once.
     args = [*train_args, "--max_steps", 300, "--eval_every_steps", 150, "--checkpoint_every_steps", 10,
@@ -117,16 +118,29 @@ def test_train_interrupt_resume_and_fill_mask(train_args, tmp_path, monkeypatch)
     # Start, and kill the process (as a crash or a preempted machine would) once it has saved a checkpoint:
     # TensorFlow names the last complete one in the `checkpoint` file, written after the checkpoint itself.
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while not tf.train.latest_checkpoint(str(model_dir / "checkpoints")) and process.poll() is None \
-            and time.monotonic() < deadline:
-        time.sleep(0.02)
-    process.send_signal(signal.SIGKILL)
-    stderr = process.communicate()[1]
+    try:
+        # Meanwhile the same command into the same folder is refused at once. The run holds the folder before it
+        # logs its strategy; asking then costs it no training step, which the kill below needs to come before the
+        # last one.
+        for line in process.stderr:
+            if " run_mlm: Strategy: " in line:
+                break
+        second = run_main("run_mlm.py", *args, expect_failure=True)
+        assert (f"error: another run is writing into --output_dir '{model_dir}': process {process.pid} on host "
+                f"{socket.gethostname()}, started ") in second.stderr
+        assert "Model:" not in second.stderr and "Traceback" not in second.stderr
+        deadline = time.monotonic() + 300
+        while not tf.train.latest_checkpoint(str(model_dir / "checkpoints")) and process.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        process.send_signal(signal.SIGKILL)  # No checkpoint at the end, no release of the folder.
+        stderr = process.communicate()[1]
     assert process.returncode == -signal.SIGKILL, stderr[-3000:]
     assert "Evaluation before training: loss" in stderr
     interrupted_at = int(tf.train.latest_checkpoint(str(model_dir / "checkpoints")).rsplit("-", 1)[1])
     assert 0 < interrupted_at < 300 and not (model_dir / "tf_model.h5").exists()
+    assert (model_dir / "running.json").exists()
 
     # A save cut short leaves files of a newer checkpoint that the `checkpoint` file does not name yet.
     for suffix in (".index", ".data-00000-of-00001"):
@@ -136,7 +150,9 @@ def test_train_interrupt_resume_and_fill_mask(train_args, tmp_path, monkeypatch)
     # EPYC as far as the peak is concerned: its /proc/cpuinfo, listing every CPU this process may run on.
     cpu = write_cpuinfo(tmp_path / "cpu", ZEN3_EPYC, cores=max(os.sched_getaffinity(0)) + 1)
     monkeypatch.setattr(devices, "cpu_peak_flops", functools.partial(devices.cpu_peak_flops, root=cpu))
+    # The killed run's claim on the folder does not block it: it names the run, and takes over.
     result = run_main("run_mlm.py", *args)
+    assert f"names a run that ended without releasing it (process {process.pid}" in result.stderr
     assert f"Resuming from {model_dir}/checkpoints/ckpt-{interrupted_at}, at step {interrupted_at}" in result.stderr
     assert "Evaluation before training" not in result.stderr
     assert f"Steps {interrupted_at + 1} to " in result.stderr
@@ -154,7 +170,7 @@ def test_train_interrupt_resume_and_fill_mask(train_args, tmp_path, monkeypatch)
                      result.stderr)
 
     results = json.loads((model_dir / "training_results.json").read_text())
-    assert results["step"] == 300
+    assert results["step"] == 300 and not (model_dir / "running.json").exists()  # Released at the end.
     assert results["input_pipeline_samples_per_second"] > 0 and 0 < results["input_pipeline_share"] < 1
     assert results["speed"]["tflops"] == pytest.approx(
         results["speed"]["tokens_per_second"] * results["speed"]["flops_per_token"] / 1e12)

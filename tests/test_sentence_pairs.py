@@ -264,8 +264,10 @@ def test_an_albert_run_on_two_replicas_with_accumulation_stops_on_sigterm_and_re
     # signal of a preempted VM: a checkpoint at the step it came, from which the same command trains on.
     AlbertConfig(embedding_size=16, **TINY).save_pretrained(tmp_path / "config")
     output_dir = tmp_path / "sop"
+    # No periodic checkpoints (pair_args' every 4 steps: 15 saves of the 60 steps between both runs): the signal's
+    # is the one that the run resumes from.
     args = [*pair_args(shards_dir, tokenizer_dir, tmp_path / "config", output_dir, 60, "sop", eval_every=20),
-            "--num_cpu_replicas", 2, "--gradient_accumulation_steps", 2]
+            "--num_cpu_replicas", 2, "--gradient_accumulation_steps", 2, "--checkpoint_every_steps", 1000]
     process = subprocess.Popen([sys.executable, str(REPO / "run_mlm.py"), *map(str, args)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     for line in process.stderr:  # Once the first round has ended.
