@@ -208,8 +208,13 @@ def run_folder(output_dir, arm, task_name, learning_rate, seed):
     return os.path.join(output_dir, f"{arm.replace(' ', '-')}-{task_name}-lr{learning_rate:g}-seed{seed}")
 
 
+def is_kept(folder):
+    """Whether a run is complete: run_classification.py writes eval_results.json last."""
+    return os.path.exists(os.path.join(folder, "eval_results.json"))
+
+
 def read_kept_run(folder):
-    """A run's eval_results.json, which run_classification.py writes last: there, the run is complete."""
+    """A complete run's eval_results.json (is_kept)."""
     with open(os.path.join(folder, "eval_results.json")) as f:
         return json.load(f)
 
@@ -218,7 +223,7 @@ def run(args, arm, task_name, learning_rate, seed, data_dir):
     """One run_classification.py run, unless its results are there (check_kept_run has checked them): (its
     eval_results.json, seconds it took)."""
     folder = run_folder(args.output_dir, arm, task_name, learning_rate, seed)
-    kept = os.path.exists(os.path.join(folder, "eval_results.json"))
+    kept = is_kept(folder)
     if not kept:
         model = args.models.get(arm) or next(iter(args.models.values()))
         command = [sys.executable, str(REPO / "run_classification.py"), "--model_name_or_path", model,
@@ -284,8 +289,7 @@ def main(args):
     # The first learning rate for every model and task first: a benchmark stopped early has a whole table of it.
     plan = [(arm, task_name, learning_rate, seed) for learning_rate in args.learning_rates for seed in args.seeds
             for task_name in args.tasks for arm in arms]
-    kept = [key for key in plan
-            if os.path.exists(os.path.join(run_folder(args.output_dir, *key), "eval_results.json"))]
+    kept = [key for key in plan if is_kept(run_folder(args.output_dir, *key))]
     for key in kept:  # Each before the first run, not when its turn comes.
         check_kept_run(args, key[1], run_folder(args.output_dir, *key))
     if args.summary_only:

@@ -17,7 +17,7 @@ import argparse
 import os
 import statistics
 
-from glue import FROM_SCRATCH, TASKS, best_learning_rate, lexical_baseline, read_kept_run, run_folder
+from glue import FROM_SCRATCH, TASKS, best_learning_rate, is_kept, lexical_baseline, read_kept_run, run_folder
 from common import print_table
 from utils import UserError, positive_float
 
@@ -48,7 +48,7 @@ def glue_average(args, model):
         for learning_rate in args.learning_rates:
             for seed in args.seeds:
                 folder = run_folder(args.runs_dir, model, task_name, learning_rate, seed)
-                if os.path.exists(os.path.join(folder, "eval_results.json")):
+                if is_kept(folder):
                     by_rate.setdefault(learning_rate, []).append(read_kept_run(folder)["validation"]["score"])
                 else:
                     missing.append(folder)
