@@ -67,7 +67,7 @@ def built_once(tmp_path_factory, path, build):
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # The session's temporary folder, above each worker's own.
-    folder = root / "shared" / path
+    folder = root / "built-once" / path
     folder.parent.mkdir(parents=True, exist_ok=True)
     with open(folder.parent / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # Released as the file closes.
