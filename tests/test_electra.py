@@ -142,9 +142,10 @@ def test_the_discriminator_learns_to_find_replacements_that_the_text_gives_away(
                              mask_share=0.85, random_share=0.0)
         return {**masked, "attention_mask": tf.ones([32, 16], tf.int32)}
 
-    trainer.compile(optimizer=keras.optimizers.Adam(1e-3))
+    trainer.compile(optimizer=keras.optimizers.Adam(2e-3))
     history = trainer.fit(tf.data.Dataset.range(200).map(batch), epochs=2, steps_per_epoch=100, verbose=0).history
-    # At about 13 % replaced, the prior costs 0.39 nats per token.
+    # At about 13 % replaced, the prior costs 0.39 nats per token. Over five initial weights, the second 100 steps
+    # gained 0.36 to 0.39 nats and found 93 to 98 % of the replaced tokens.
     assert history["nats_beyond_prior"][-1] > 0.2 and history["replaced_accuracy"][-1] > 0.8, history
 
 
