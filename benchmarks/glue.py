@@ -17,8 +17,8 @@ The flags it does not know go to every run of run_classification.py: fine-tuning
 --config_overrides with dropout), for every model and random weights alike.
 
 Each run's folder stays in --output_dir; a run whose eval_results.json is there is not run again: stopped, the
-benchmark goes on where it was, and --summary_only prints the table of what is there. Give each setting of the flags
-its own --output_dir: a kept run made with another --num_epochs, batch size or SST-2 size is refused, but the flags
+benchmark goes on where it was, and --summary_only prints the table of what is there (a model's average once all its
+runs are). Give each setting of the flags its own --output_dir: a kept run made with another --num_epochs, batch size or SST-2 size is refused, but the flags
 passed on are not checked. Without --model, --summary_only prints the baselines alone.
 
     python benchmarks/glue.py --glue_dir ../shared/data/glue --model "masked LM=demo-output/model" \\
@@ -308,7 +308,7 @@ def print_summary(args, arms, results, lexical):
     rows, grid_rows, minutes = [], [], {}
     majority = {}
     for arm in arms:
-        row, main_scores = [arm], []
+        row, main_scores, seed_counts = [arm], [], []
         for task_name in args.tasks:
             by_rate = {}
             for (run_arm, run_task, learning_rate, seed), (eval_results, seconds) in results.items():
@@ -326,10 +326,13 @@ def print_summary(args, arms, results, lexical):
             row.append(" / ".join("%.1f ± %.1f" % tuple(100 * x for x in mean_and_sd([run[name] for run in runs]))
                                   for name in TASKS[task_name][2]) + f" ({best_rate:g}, {len(runs)} seeds)")
             main_scores.append(statistics.mean(run["score"] for run in runs))
+            seed_counts.append(len(runs))
             grid_rows += [[arm, task_name, f"{rate:g}", "%.1f ± %.1f" % tuple(
                 100 * x for x in mean_and_sd([run["score"] for run in by_rate[rate]])), len(by_rate[rate])]
                 for rate in sorted(by_rate)]
-        row.append(f"{100 * statistics.mean(main_scores):.1f}" if len(main_scores) == len(args.tasks) else "")
+        # An average over fewer runs than asked would look like the others (--summary_only of a benchmark under way).
+        complete = len(main_scores) == len(args.tasks) and min(seed_counts) == len(args.seeds)
+        row.append(f"{100 * statistics.mean(main_scores):.1f}" if complete else "incomplete")
         rows.append(row)
     rows.append(["majority class (STS-B: the training mean)",
                  *(f"{100 * majority[task]:.1f}" if task in majority else "" for task in args.tasks),
