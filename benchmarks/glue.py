@@ -18,8 +18,9 @@ The flags it does not know go to every run of run_classification.py: fine-tuning
 
 Each run's folder stays in --output_dir; a run whose eval_results.json is there is not run again: stopped, the
 benchmark goes on where it was, and --summary_only prints the table of what is there (a model's average once all its
-runs are). Give each setting of the flags its own --output_dir: a kept run made with another --num_epochs, batch size or SST-2 size is refused, but the flags
-passed on are not checked. Without --model, --summary_only prints the baselines alone.
+runs are). Give each setting of the flags its own --output_dir: a kept run made with another --num_epochs, batch size
+or SST-2 size is refused, but the flags passed on are not checked. Without --model, --summary_only prints the
+baselines alone.
 
     python benchmarks/glue.py --glue_dir ../shared/data/glue --model "masked LM=demo-output/model" \\
         --output_dir glue-runs
