@@ -5,8 +5,10 @@ Each --point RECIPE MINUTES MODEL is a model of glue.py's table (the NAME of its
 --runs_dir (glue.py's --output_dir), pre-trained with RECIPE for MINUTES; the points of one recipe make its line.
 Random weights are glue.py's own arm in that folder. A point's average is glue.py's: on each task the mean dev score
 over the seeds at the learning rate where that mean is best, then the mean of the five tasks; its error bar, the
-standard deviation over the fine-tuning seeds of that average. Every run of --learning_rates x --seeds must be there:
-a point missing some is refused, not drawn from fewer. The figures are printed as a table beside the picture.
+standard deviation over the fine-tuning seeds of that average. Models given the same RECIPE and MINUTES are
+pre-training seeds of one point: it is drawn at their mean, its error bar the standard deviation between them. Every
+run of --learning_rates x --seeds must be there: a point missing some is refused, not drawn from fewer. The figures
+are printed as a table beside the picture.
 
     python benchmarks/glue_minutes.py --glue_dir ../shared/data/glue --runs_dir glue-corpus \
         --point "NSP" 10 "NSP 10 min" --point "NSP" 60 "NSP hour" --point "masked LM" 60 "MLM hour" \
@@ -63,6 +65,15 @@ def glue_average(args, model):
     return statistics.mean(scores.values()), spread, scores
 
 
+def one_point(runs):
+    """A point's (average, error bar) from its models' (average, sd over fine-tuning seeds): one model's own, or for
+    several pre-training seeds their mean and the standard deviation between them."""
+    if len(runs) == 1:
+        return runs[0]
+    averages = [average for average, _ in runs]
+    return statistics.mean(averages), statistics.stdev(averages)
+
+
 def draw(args, curves, random_weights, lexical):
     """The picture: a line per recipe, minutes on a log scale (10, 30, 60, 120 are even steps of it)."""
     import matplotlib  # Only here: the figures above need no plotting library.
@@ -71,11 +82,11 @@ def draw(args, curves, random_weights, lexical):
 
     figure, axes = pyplot.subplots(figsize=(7, 4.5))
     for recipe, points in curves.items():
-        minutes, averages, spreads = zip(*sorted(points))
+        minutes, averages, spreads = zip(*sorted((minutes, *point) for minutes, point in points.items()))
         axes.errorbar(minutes, averages, yerr=spreads, marker="o", capsize=3, label=recipe)
     axes.axhline(lexical, color="black", linestyle="--", label=f"counting words (TF-IDF, overlap): {lexical:.1f}")
     axes.axhline(random_weights, color="gray", linestyle=":", label=f"random weights: {random_weights:.1f}")
-    all_minutes = sorted({minutes for points in curves.values() for minutes, _, _ in points})
+    all_minutes = sorted({minutes for points in curves.values() for minutes in points})
     axes.set_xscale("log")
     axes.set_xticks(all_minutes, [f"{minutes:g}" for minutes in all_minutes])
     axes.minorticks_off()
@@ -90,16 +101,24 @@ def draw(args, curves, random_weights, lexical):
 def main(args):
     if not args.output.endswith(".png"):
         raise UserError(f"--output {args.output}: name a .png file.")
-    curves, rows = {}, []
+    runs_by_point, rows = {}, []
     for recipe, minutes, model in args.point:
         average, spread, scores = glue_average(args, model)
-        curves.setdefault(recipe, []).append((minutes, 100 * average, 100 * spread))
+        runs_by_point.setdefault(recipe, {}).setdefault(minutes, []).append((100 * average, 100 * spread))
         rows.append([recipe, f"{minutes:g}", model, *(f"{100 * scores[task]:.1f}" for task in TASKS),
                      f"{100 * average:.1f} ± {100 * spread:.1f}"])
+    curves = {recipe: {minutes: one_point(runs) for minutes, runs in points.items()}
+              for recipe, points in runs_by_point.items()}
     random_weights = 100 * glue_average(args, FROM_SCRATCH)[0]
     lexical = 100 * statistics.mean(lexical_baseline(os.path.join(args.glue_dir, TASKS[task_name][0]),
                                                      task_name)["score"] for task_name in TASKS)
     print_table(["recipe", "minutes", "model", *(TASKS[task][0] for task in TASKS), "average ± sd over seeds"], rows)
+    for recipe, points in runs_by_point.items():
+        for minutes, runs in points.items():
+            if len(runs) > 1:
+                average, spread = curves[recipe][minutes]
+                print(f"{recipe}, {minutes:g} minutes: {average:.1f} ± {spread:.1f} over {len(runs)} pre-training "
+                      "seeds")
     print(f"random weights {random_weights:.1f}; counting words {lexical:.1f}")
     draw(args, curves, random_weights, lexical)
     print(f"picture: {args.output}")

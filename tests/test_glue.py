@@ -741,18 +741,21 @@ def test_the_minutes_picture_draws_glue_py_averages_and_refuses_a_point_missing_
     for seed in (1, 2, 3):
         for task_index in range(5):
             # Task i, seed s: base + 0.02 i + 0.01 s at 1e-3; at 3e-4 one run better than all, the mean worse.
-            for model, base in (("short run", 0.40), ("long run", 0.60)):
+            for model, base in (("short run", 0.40), ("long run", 0.60), ("long 2", 0.64)):
                 keep(model, task_index, 1e-3, seed, base + 0.02 * task_index + 0.01 * seed)
                 keep(model, task_index, 3e-4, seed, 0.9 if seed == 1 else 0.0)
             keep("random weights", task_index, 1e-3, seed, 0.30)
             keep("random weights", task_index, 3e-4, seed, 0.20)
     picture = tmp_path / "minutes.png"
     flags = ["--glue_dir", GLUE, "--runs_dir", tmp_path / "runs", "--learning_rates", "1e-3", "3e-4",
-             "--point", "NSP", "10", "short run", "--point", "NSP", "60", "long run", "--output", picture]
+             "--point", "NSP", "10", "short run", "--point", "NSP", "60", "long run", "--point", "NSP", "60",
+             "long 2", "--output", picture]
     table = run_main("benchmarks/glue_minutes.py", *flags).stdout
     # Per task the mean over seeds at the best mean's rate (0.42 + 0.02 i), their mean; the sd of the seeds' averages.
     assert "| NSP    | 10      | short run | 42.0 | 44.0  | 46.0 | 48.0  | 50.0 | 46.0 ± 1.0" in table
     assert "| NSP    | 60      | long run  | 62.0 | 64.0  | 66.0 | 68.0  | 70.0 | 66.0 ± 1.0" in table
+    # Two pre-training seeds of one point: their mean, and the sd between their averages (66 and 70).
+    assert "NSP, 60 minutes: 68.0 ± 2.8 over 2 pre-training seeds" in table
     lexical = np.mean([lexical_baseline(str(GLUE / folder), task)["score"] for task, folder in FOLDERS.items()])
     assert f"random weights 30.0; counting words {100 * lexical:.1f}" in table
     assert picture.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
