@@ -82,7 +82,8 @@ def draw(args, curves, random_weights, lexical):
 
     figure, axes = pyplot.subplots(figsize=(7, 4.5))
     for recipe, points in curves.items():
-        minutes, averages, spreads = zip(*sorted((minutes, *point) for minutes, point in points.items()))
+        minutes, averages, spreads = zip(*sorted((minutes, average, spread)
+                                                 for minutes, (average, spread) in points.items()))
         axes.errorbar(minutes, averages, yerr=spreads, marker="o", capsize=3, label=recipe)
     axes.axhline(lexical, color="black", linestyle="--", label=f"counting words (TF-IDF, overlap): {lexical:.1f}")
     axes.axhline(random_weights, color="gray", linestyle=":", label=f"random weights: {random_weights:.1f}")
@@ -107,16 +108,15 @@ def main(args):
         runs_by_point.setdefault(recipe, {}).setdefault(minutes, []).append((100 * average, 100 * spread))
         rows.append([recipe, f"{minutes:g}", model, *(f"{100 * scores[task]:.1f}" for task in TASKS),
                      f"{100 * average:.1f} ± {100 * spread:.1f}"])
-    curves = {recipe: {minutes: one_point(runs) for minutes, runs in points.items()}
-              for recipe, points in runs_by_point.items()}
     random_weights = 100 * glue_average(args, FROM_SCRATCH)[0]
     lexical = 100 * statistics.mean(lexical_baseline(os.path.join(args.glue_dir, TASKS[task_name][0]),
                                                      task_name)["score"] for task_name in TASKS)
     print_table(["recipe", "minutes", "model", *(TASKS[task][0] for task in TASKS), "average ± sd over seeds"], rows)
+    curves = {}
     for recipe, points in runs_by_point.items():
         for minutes, runs in points.items():
+            average, spread = curves.setdefault(recipe, {})[minutes] = one_point(runs)
             if len(runs) > 1:
-                average, spread = curves[recipe][minutes]
                 print(f"{recipe}, {minutes:g} minutes: {average:.1f} ± {spread:.1f} over {len(runs)} pre-training "
                       "seeds")
     print(f"random weights {random_weights:.1f}; counting words {lexical:.1f}")
