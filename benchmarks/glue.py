@@ -82,6 +82,10 @@ def parse_args():
     parser.add_argument("--jobs", type=positive_int, default=2,
                         help="Runs side by side, each on its share of the cores: a small model uses one core better "
                              "than two (default: %(default)s).")
+    parser.add_argument("--no_random_weights", action="store_true",
+                        help="Leave out the first model's architecture from random weights, which costs as much as "
+                             "the model: to have the model's row sooner (the same command without it runs them "
+                             "then), or where that row is measured already.")
     parser.add_argument("--output_dir", required=True, help="A folder for the runs, kept.")
     parser.add_argument("--summary_only", action="store_true", help="Print the table of the runs already there.")
     args, args.fine_tuning_flags = parser.parse_known_args()
@@ -97,6 +101,7 @@ def parse_args():
     if unnamed := [model for model in args.model if "=" not in model]:
         parser.error(f"--model {unnamed[0]}: give it as NAME=FOLDER, NAME its row's name in the table.")
     args.models = dict(model.split("=", 1) for model in args.model)
+    args.arms = [*args.models, *([] if args.no_random_weights else [FROM_SCRATCH])]
     return args
 
 
@@ -282,14 +287,13 @@ def main(args):
     lexical = {task_name: lexical_baseline(data_dir, task_name) for task_name, data_dir in data_dirs.items()}
     if "sst2" in args.tasks:
         data_dirs["sst2"] = sst2_subset(args.glue_dir, args.output_dir, args.sst2_train_examples)
-    arms = [*args.models, FROM_SCRATCH]
     print(describe_machine())
     print(f"{args.models}; learning rates {args.learning_rates}, seeds {args.seeds}, {args.num_epochs} epochs, "
           f"batch {args.per_replica_batch_size}; SST-2: {args.sst2_train_examples} training sentences"
           + (f"; {' '.join(args.fine_tuning_flags)}" if args.fine_tuning_flags else "") + "\n", flush=True)
     # The first learning rate for every model and task first: a benchmark stopped early has a whole table of it.
     plan = [(arm, task_name, learning_rate, seed) for learning_rate in args.learning_rates for seed in args.seeds
-            for task_name in args.tasks for arm in arms]
+            for task_name in args.tasks for arm in args.arms]
     kept = [key for key in plan if is_kept(run_folder(args.output_dir, *key))]
     for key in kept:  # Each before the first run, not when its turn comes.
         check_kept_run(args, key[1], run_folder(args.output_dir, *key))
@@ -300,7 +304,7 @@ def main(args):
         futures = {key: pool.submit(run, args, *key, data_dirs[key[1]]) for key in plan}
         for key, future in futures.items():
             results[key] = future.result()
-    print_summary(args, arms, results, lexical)
+    print_summary(args, args.arms, results, lexical)
 
 
 def print_summary(args, arms, results, lexical):

@@ -573,6 +573,10 @@ def test_the_glue_benchmark_passes_fine_tuning_flags_on_and_refuses_those_it_set
     monkeypatch.setattr(sys, "argv", [*required, "--head_epochs", "3", "--seeds", "1", "--config_overrides=x=0"])
     args = parse_args()
     assert args.fine_tuning_flags == ["--head_epochs", "3", "--config_overrides=x=0"] and args.seeds == [1]
+    # Beside the models, their first one's architecture from random weights, unless left out.
+    assert args.arms == ["a", "random weights"]
+    monkeypatch.setattr(sys, "argv", [*required, "--model", "c=d", "--no_random_weights"])
+    assert parse_args().arms == ["a", "c"]
     for flag in ("--max_length", "--task_name=rte", "--from_scratch"):
         monkeypatch.setattr(sys, "argv", [*required, flag, *(["64"] if flag == "--max_length" else [])])
         with pytest.raises(SystemExit):
