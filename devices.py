@@ -248,7 +248,7 @@ def choose_strategy(args, root="/"):
         # TensorFlow's default strategy: the code path of the others (scope, distributed datasets, replica context,
         # all-reduce) without their machinery. OneDeviceStrategy and MirroredStrategy feed each device through an
         # iterator of their own whose pipeline always autotunes: deleting it, at the end of every fit call, waited
-        # up to a minute for its tuning thread (benchmarks/README.md, "The end of a fit call").
+        # up to a minute for its tuning thread (masked_lm.make_dataset's options say why).
         return tf.distribute.get_strategy(), False
     return tf.distribute.MirroredStrategy(devices), False
 

@@ -344,8 +344,10 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
     batches = batches.enumerate().map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE)
     if not training:
         batches = batches.repeat()
-    # Autotuning off: deleting an iterator (at the end of every fit call) could otherwise wait up to a minute for
-    # the tuning thread (benchmarks/README.md, "The end of a fit call"). The prefetch buffer still grows as needed.
+    # Autotuning off: deleting an iterator (at the end of every fit call) joins tf.data's autotuning thread, which
+    # can miss the cancellation (a TensorFlow race) and keep a run waiting tens of seconds after its last step. On one
+    # device the default strategy takes batches straight from here; other strategies' iterators still autotune, and
+    # run_mlm.py logs the wait. The prefetch buffer still grows as needed.
     options = tf.data.Options()
     options.autotune.enabled = False
     return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
