@@ -11,7 +11,7 @@ pre-training: it imports TensorFlow, tf-keras and NumPy, nothing else of this pr
 
 import numpy as np
 import tensorflow as tf
-# 🤗 Transformers' TF models are Keras 2 models: every Keras object here comes from tf_keras (tf.keras is Keras 3).
+# 🤗 Transformers' TF models are Keras 2 models: every Keras object here comes from tf_keras, not Keras 3.
 import tf_keras as keras
 
 

@@ -39,7 +39,7 @@ import os
 import numpy as np
 import tensorflow as tf
 # 🤗 Transformers' TF models are Keras 2 models. Since TensorFlow 2.16, Keras 2 is the separate tf-keras package,
-# and `tf.keras` is Keras 3: every Keras object here must come from tf_keras.
+# and `tf.keras` is Keras 3 (unless TF_USE_LEGACY_KERAS is set): every Keras object here must come from tf_keras.
 import tf_keras as keras
 
 logger = logging.getLogger("masked_lm")

@@ -253,7 +253,7 @@ def train(args, strategy, model, jit_compile, task, encoded, global_batch_size):
     """Fine-tunes `model` (after --head_epochs of its head alone) and leaves it with the weights of the epoch of best
     validation score; returns its trainer, that epoch (counted from 1) and the per-epoch history (the head's epochs
     as head_only_loss, ...)."""
-    import tf_keras as keras  # 🤗 Transformers' TF models are Keras 2 models: tf_keras, not tf.keras (Keras 3).
+    import tf_keras as keras  # 🤗 Transformers' TF models are Keras 2 models: tf_keras, not Keras 3.
     from transformers import create_optimizer
 
     from classifier import ClassifierTrainer, ValidationScores, evaluation_dataset, training_dataset

@@ -20,10 +20,12 @@ TRAIN_FILE_HELP = ("Corpus, one text per line (default: %(default)s, the first 1
 # The benchmarks import functions from the pipeline's scripts, at the top of the repository.
 sys.path.insert(0, str(REPO))
 
-# Offline, and TensorFlow quiet: set before any 🤗 library or TensorFlow is imported, here and in child processes.
+# Offline, TensorFlow quiet and without Keras 3: set before any 🤗 library or TensorFlow is imported, here and in
+# child processes.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf.keras is tf_keras, not Keras 3: utils.py says why.
 
 SPECIAL_TOKEN_IDS = [0, 1, 2, 3, 4]  # <s>, <pad>, </s>, <unk>, <mask>: train_unigram.py's layout.
 

@@ -3,6 +3,7 @@ named in a requirements file (not only brought by another package's dependencies
 answers without starting TensorFlow."""
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -81,6 +82,15 @@ def test_help_answers_without_importing_tensorflow(script):
     assert result.returncode == 0 and result.stdout.startswith(f"usage: {script}")
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import")}
     assert "tensorflow" not in imported and "tf_keras" not in imported
+
+
+def test_tensorflow_imported_after_utils_brings_no_keras_3():
+    # The test session sets TF_USE_LEGACY_KERAS itself: this process starts without it, as a user's script does.
+    env = {name: value for name, value in os.environ.items() if name != "TF_USE_LEGACY_KERAS"}
+    result = subprocess.run([sys.executable, "-c", "import sys, utils, tensorflow as tf, tf_keras; "
+                             "print('keras' in sys.modules, tf.keras.Model is tf_keras.Model)"],
+                            capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+    assert result.stdout.split() == ["False", "True"], result.stderr[-3000:]
 
 
 @pytest.mark.fast
