@@ -3,15 +3,15 @@
 beside Google's BERT-Tiny, which has the demo's size (2 layers, hidden 128).
 
 Each model (--model NAME=FOLDER, a folder that run_mlm.py saved) and the same architecture from random weights (the
-first model's, --from_scratch) is fine-tuned by run_classification.py --task_name on each task, for every learning
-rate of --learning_rates and every seed of --seeds. For each model and task, the learning rate of the best mean dev
-score is kept (the usual way of reporting GLUE's dev sets, and Turc et al.'s for BERT-Tiny: a grid, the best on dev),
-and the table gives the mean ± sd over the seeds there; MRPC and STS-B count the mean of their two metrics in the
-average, as GLUE does. SST-2's 67,349 training sentences would take most of the time: --sst2_train_examples of them,
-drawn once with seed 0, train it. Beside them: the majority class (the trivial baseline, whose score
-run_classification.py reports), a lexical baseline (scikit-learn's linear models on the words alone, fitted on all
-of SST-2 in seconds: lexical_baseline) and BERT-Tiny's published scores, which are on GLUE's test set, not its dev
-sets. Every task's files, every model's folder and every kept run are checked before the first run.
+first model's, --from_scratch; --no_random_weights leaves it out) is fine-tuned by run_classification.py --task_name on
+each task, for every learning rate of --learning_rates and every seed of --seeds. For each model and task, the learning
+rate of the best mean dev score is kept (the usual way of reporting GLUE's dev sets, and Turc et al.'s for BERT-Tiny: a
+grid, the best on dev), and the table gives the mean ± sd over the seeds there; MRPC and STS-B count the mean of their
+two metrics in the average, as GLUE does. SST-2's 67,349 training sentences would take most of the time:
+--sst2_train_examples of them, drawn once with seed 0, train it. Beside them: the majority class (the trivial baseline,
+whose score run_classification.py reports), a lexical baseline (scikit-learn's linear models on the words alone, fitted
+on all of SST-2 in seconds: lexical_baseline) and BERT-Tiny's published scores, which are on GLUE's test set, not its
+dev sets. Every task's files, every model's folder and every kept run are checked before the first run.
 
 The flags it does not know go to every run of run_classification.py: fine-tuning as you would (--head_epochs,
 --config_overrides with dropout), for every model and random weights alike.

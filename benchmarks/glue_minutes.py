@@ -55,8 +55,10 @@ def glue_average(args, model):
                 else:
                     missing.append(folder)
         if missing:
+            flags = "the --model of that architecture (without --no_random_weights)" if model == FROM_SCRATCH \
+                else "--model"
             raise UserError(f"{model!r} lacks {len(missing)} run(s) in {args.runs_dir}, such as {missing[0]}: run "
-                            "benchmarks/glue.py with this --output_dir, --model and grid first.")
+                            f"benchmarks/glue.py with this --output_dir, {flags} and grid first.")
         runs = by_rate[best_learning_rate(by_rate)]
         scores[task_name] = statistics.mean(runs)
         by_seed.append(runs)

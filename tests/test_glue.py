@@ -770,3 +770,11 @@ def test_the_minutes_picture_draws_glue_py_averages_and_refuses_a_point_missing_
     assert result.stderr.splitlines()[-1] == (
         f"error: 'long run' lacks 1 run(s) in {tmp_path / 'runs'}, such as {missing}: run benchmarks/glue.py with "
         "this --output_dir, --model and grid first.")
+    # Random weights' runs missing, as glue.py --no_random_weights leaves them: the flag to leave out is named.
+    missing = run_folder(str(tmp_path / "runs"), "random weights", "cola", 1e-3, 3)
+    shutil.rmtree(missing)
+    result = run_main("benchmarks/glue_minutes.py", *flags[:flags.index("short run") + 1], "--output", picture,
+                      expect_failure=True)
+    assert result.stderr.splitlines()[-1] == (
+        f"error: 'random weights' lacks 1 run(s) in {tmp_path / 'runs'}, such as {missing}: run benchmarks/glue.py "
+        "with this --output_dir, the --model of that architecture (without --no_random_weights) and grid first.")
