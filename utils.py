@@ -28,7 +28,7 @@ import uuid
 logger = logging.getLogger("utils")
 
 # 🤗 Transformers' TF models are Keras 2 models (the tf-keras package). Importing TensorFlow also imports Keras 3 for
-# `tf.keras`, which nothing here uses, and that costs every script 2.5 s of its start; with this variable, `tf.keras`
+# `tf.keras`, which nothing here uses, and that costs every script 2 s of its start; with this variable, `tf.keras`
 # is tf_keras and Keras 3 is never imported. Set here because every script imports this module before TensorFlow;
 # a value of the user's own is kept.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")

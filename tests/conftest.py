@@ -12,8 +12,8 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="hf-home-")
 atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
-# tf.keras is tf_keras, as utils.py makes it for the scripts: the tests import TensorFlow before any script's module,
-# and the 2.5 s of Keras 3's import would come again in every test process and script run.
+# tf.keras is tf_keras, as utils.py makes it for the scripts: the test modules import TensorFlow before any script's
+# module, and every test process would pay the 2 s of Keras 3's import.
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 # One thread per TensorFlow op, here and in the scripts the tests start: `make test` runs a test process per core, and
 # the tests' tiny models gain nothing from splitting an op (the architecture tests took 9 % less time so).
