@@ -15,10 +15,11 @@ os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 # tf.keras is tf_keras, as utils.py makes it for the scripts: the test modules import TensorFlow before any script's
 # module, and every test process would pay the 2 s of Keras 3's import.
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
-# One thread per TensorFlow op, here and in the scripts the tests start: `make test` runs a test process per core, and
-# the tests' tiny models gain nothing from splitting an op (the architecture tests took 9 % less time so). One op at a
-# time too: beside the other test processes, a pool of threads running ops side by side only waits for cores (the
-# whole suite on 2 cores: 855 and 989 s of CPU, 7:13 and 8:25, against 1,063 and 1,131 s, 9:05 and 9:33).
+# One thread per TensorFlow op, here and in the scripts the tests start: `make test` runs a test process per core and
+# one more, and the tests' tiny models gain nothing from splitting an op (the architecture tests took 9 % less time
+# so). One op at a time too: beside the other test processes, a pool of threads running ops side by side only waits
+# for cores (the whole suite on 2 cores: 855 and 989 s of CPU, 7:13 and 8:25, against 1,063 and 1,131 s, 9:05 and
+# 9:33).
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
 os.environ["TOKENIZERS_PARALLELISM"] = "true"
