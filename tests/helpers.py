@@ -27,11 +27,11 @@ REPO = Path(__file__).resolve().parents[1]
 WIKITEXT = REPO / "tests" / "data" / "wikitext-2"
 # Lines of tests/data/wikitext-2 read by the fixtures (train.txt has 1,500, validation.txt 500): small enough to keep
 # the suite fast, large enough for a vocabulary of 1,000 and dozens of shards. Both are below the length of train.txt,
-# so --limit cuts it; the validation shards hold the first VALIDATION_LINES lines of validation.txt (about 300
-# samples: every evaluation of a training run reads them all).
+# so --limit cuts it; the validation shards hold the first VALIDATION_LINES lines of validation.txt (about 150
+# samples in two shards: every evaluation of a training run reads them all, and a run evaluates two to four times).
 TOKENIZER_LINES = 1000
 SHARD_LINES = 1400
-VALIDATION_LINES = 200
+VALIDATION_LINES = 80
 MAX_LENGTH = 64
 
 
