@@ -117,16 +117,6 @@ def test_sample_per_label_is_stratified_exact_and_seeded():
         sample_per_label(labels, 4, seed=0)
 
 
-def test_examples_per_label_trains_on_the_sample_only(pretrained_model_dir, tmp_path):
-    output_dir = tmp_path / "model"
-    run_main("run_classification.py", *fine_tune_args(pretrained_model_dir, output_dir), "--num_epochs", 1,
-             "--examples_per_label", 4)
-    results = json.loads((output_dir / "eval_results.json").read_text())
-    # 6 labels of 4; validation is still 10 % of each label of the whole training data, never from the sample.
-    assert results["train_examples"] == 24 and results["examples_per_label"] == 4
-    assert results["validation"]["num_examples"] == 12
-
-
 def test_the_demos_comparison_fine_tunes_both_arms_with_the_same_flags(pretrained_model_dir, tmp_path):
     # benchmarks/fine_tuning.py, the last step of `make demo`: the flags it does not know go to run_classification.py.
     data_and_batch = ["--train_file", BANKING77 / "train.csv", "--test_file", BANKING77 / "test.csv",
@@ -138,6 +128,8 @@ def test_the_demos_comparison_fine_tunes_both_arms_with_the_same_flags(pretraine
         results = json.loads((tmp_path / f"4-per-label-{arm}-seed1" / "eval_results.json").read_text())
         assert results["train_examples"] == 24 and results["num_epochs"] == 1 and results["seed"] == 1
         assert results["from_scratch"] == (arm == "from-scratch")
+        # 6 labels of 4; validation is still 10 % of each label of the whole training data, never from the sample.
+        assert results["examples_per_label"] == 4 and results["validation"]["num_examples"] == 12
         accuracies[arm] = results["test"]["accuracy"]
     # The table shows both arms (one seed: no spread) and the gap between them.
     row = next(line for line in result.stdout.splitlines() if line.startswith("| 4 per label, 1 epochs"))
