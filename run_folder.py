@@ -434,13 +434,13 @@ class StopAtNonFiniteLoss(keras.callbacks.Callback):
 
 
 class CheckpointAndStop(StopAtNonFiniteLoss):
-    """Saves a checkpoint every `every_steps` steps and at the last one. SIGTERM (a preempted VM) and SIGINT (Ctrl-C)
-    take effect at the end of the step: a checkpoint is saved, then the script exits with the shell's code for the
-    signal; during a round's evaluation, the checkpoint comes at the end of its batch, and the evaluation finishes
-    before the exit. The hosts of a multi-worker job agree on that step, whichever was signalled. A NaN or infinite
-    loss stops training with no checkpoint after it. (Keras' BackupAndRestore refuses OneDeviceStrategy and numbers
-    checkpoints by save, not step; tf.distribute's PreemptionCheckpointHandler ignores SIGTERM on Cloud TPU, CPU and
-    GPU VMs.)"""
+    """Saves a checkpoint at every multiple of `every_steps` steps (a resumed run too, whichever step it starts from)
+    and at the last one. SIGTERM (a preempted VM) and SIGINT (Ctrl-C) take effect at the end of the step: a checkpoint
+    is saved, then the script exits with the shell's code for the signal; during a round's evaluation, the checkpoint
+    comes at the end of its batch, and the evaluation finishes before the exit. The hosts of a multi-worker job agree
+    on that step, whichever was signalled. A NaN or infinite loss stops training with no checkpoint after it. (Keras'
+    BackupAndRestore refuses OneDeviceStrategy and numbers checkpoints by save, not step; tf.distribute's
+    PreemptionCheckpointHandler ignores SIGTERM on Cloud TPU, CPU and GPU VMs.)"""
 
     def __init__(self, manager, every_steps, strategy, start_step, is_chief):
         super().__init__(strategy)
@@ -466,7 +466,8 @@ class CheckpointAndStop(StopAtNonFiniteLoss):
         self.stop_requested, diverged = self.on_any_host([self.received_signal is not None, diverged])
         if diverged:
             self.diverged_at_step = step
-        elif step > self.last_saved_step and (self.stop_requested or step - self.last_saved_step >= self.every_steps):
+        elif step > self.last_saved_step and (self.stop_requested or
+                                              step // self.every_steps > self.last_saved_step // self.every_steps):
             self.save(step)
         if self.stop_requested or diverged:  # Never lowered here: a round's evaluation follows a stop in training.
             self.model.stop_training = True

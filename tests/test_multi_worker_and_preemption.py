@@ -143,10 +143,10 @@ def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(shards_dir, t
 
 
 
-def fit_with_checkpoint_and_stop(checkpoint_dir, features, extra_callbacks=(), every_steps=1000):
+def fit_with_checkpoint_and_stop(checkpoint_dir, features, extra_callbacks=(), every_steps=1000, start_step=0):
     """A one-weight Keras model fitted for 2 rounds of 3 steps (batches of 2 rows of `features`), each round ending
-    with an evaluation, beside run_folder.CheckpointAndStop; returns (model, stopper). The signal handlers that the
-    stopper installs are put back."""
+    with an evaluation, beside run_folder.CheckpointAndStop, from `start_step` (as a run resumed there); returns
+    (model, stopper). The signal handlers that the stopper installs are put back."""
     import numpy as np
     import tensorflow as tf
     import tf_keras as keras
@@ -155,12 +155,13 @@ def fit_with_checkpoint_and_stop(checkpoint_dir, features, extra_callbacks=(), e
 
     model = keras.Sequential([keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
+    model.optimizer.iterations.assign(start_step)
     data = tf.data.Dataset.from_tensor_slices((np.asarray(features, "float32"), np.ones((len(features), 1), "float32")))
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), checkpoint_dir, max_to_keep=None)
     saved_handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         stopper = CheckpointAndStop(manager, every_steps=every_steps, strategy=tf.distribute.get_strategy(),
-                                    start_step=0, is_chief=True)
+                                    start_step=start_step, is_chief=True)
         model.fit(data.batch(2), steps_per_epoch=3, epochs=2, validation_data=data.take(4).batch(2),
                   callbacks=[stopper, *extra_callbacks], verbose=0)
     finally:
@@ -192,6 +193,16 @@ def test_sigterm_during_a_rounds_evaluation_saves_the_checkpoint_before_the_eval
     assert look.saved_at_first_eval_batch == ["ckpt-3.index"]
     assert stopper.received_signal == "SIGTERM" and int(model.optimizer.iterations.numpy()) == 3
     assert [path.name for path in tmp_path.glob("ckpt-*.index")] == ["ckpt-3.index"]  # Saved once.
+
+
+def test_a_resumed_run_checkpoints_at_the_multiples_of_the_interval(tmp_path):
+    # Resumed from a checkpoint that a signal saved at step 7, with checkpoints every 4 steps: steps 8 to 13, saved at
+    # 8 and 12, as an uninterrupted run would be (not at 11, 4 steps after the resume), then at the last step.
+    model, stopper = fit_with_checkpoint_and_stop(tmp_path, [[1.0, 1.0]] * 12, every_steps=4, start_step=7)
+    assert int(model.optimizer.iterations.numpy()) == 13
+    stopper.finish(13)
+    assert sorted(path.name for path in tmp_path.glob("ckpt-*.index")) == ["ckpt-12.index", "ckpt-13.index",
+                                                                           "ckpt-8.index"]
 
 
 def test_a_nan_loss_stops_training_at_its_step_with_no_checkpoint_after_the_last_good_one(tmp_path):
