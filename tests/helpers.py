@@ -213,10 +213,12 @@ def read_shard(path):
     import tensorflow as tf
 
     rows = []
-    for record in tf.data.TFRecordDataset(str(path)):
-        features = tf.train.Example.FromString(record.numpy()).features.feature
-        assert sorted(features) == ["attention_mask", "input_ids"]
-        rows.append((list(features["input_ids"].int64_list.value), list(features["attention_mask"].int64_list.value)))
+    for records in tf.data.TFRecordDataset(str(path)).batch(1 << 20):  # The whole shard: one eager step, not one each.
+        for record in records.numpy():
+            features = tf.train.Example.FromString(record).features.feature
+            assert sorted(features) == ["attention_mask", "input_ids"]
+            rows.append((list(features["input_ids"].int64_list.value),
+                         list(features["attention_mask"].int64_list.value)))
     return rows
 
 
@@ -224,9 +226,14 @@ def lines_beginning_in(path, start, end):
     """The lines of a file that begin in the byte range [start, end), found without the code under test: a line
     begins at 0 and after each "\\n" (the test files have no other line breaks)."""
     data = open(path, "rb").read()
-    line_starts = [0] + [i + 1 for i, byte in enumerate(data) if byte == ord("\n") and i + 1 < len(data)]
-    return [data[begin:data.find(b"\n", begin) + 1 or len(data)].decode().rstrip("\n")
-            for begin in line_starts if start <= begin < end]
+    lines, begin = [], 0
+    for line in data.split(b"\n"):
+        if start <= begin < end:
+            lines.append(line.decode())
+        begin += len(line) + 1
+        if begin >= len(data):  # No line begins after the last "\n".
+            break
+    return lines
 
 
 def part_stream(part, tokenizer, keep=None):
