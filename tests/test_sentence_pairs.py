@@ -261,7 +261,9 @@ def test_transformers_5_with_pytorch_loads_the_pair_model_as_tensorflow_runs_it(
 def test_an_albert_run_on_two_replicas_with_accumulation_stops_on_sigterm_and_resumes(shards_dir, tokenizer_dir,
                                                                                       tmp_path):
     # The pair head's count all-reduced across replicas, the pairs and labels split into micro-batches, and the stop
-    # signal of a preempted VM: a checkpoint at the step it came, from which the same command trains on.
+    # signal of a preempted VM in the middle of a run: a checkpoint at the step it came, no model yet, and the same
+    # command trains on from that checkpoint. (tests/test_cloud_storage.py stops a run of one replica so, at its first
+    # step.)
     AlbertConfig(embedding_size=16, **TINY).save_pretrained(tmp_path / "config")
     output_dir = tmp_path / "sop"
     # No periodic checkpoints (pair_args' every 4 steps: 15 saves of the 60 steps between both runs): the signal's
@@ -276,11 +278,15 @@ def test_an_albert_run_on_two_replicas_with_accumulation_stops_on_sigterm_and_re
     process.send_signal(signal.SIGTERM)
     stderr = process.stderr.read()
     assert process.wait(timeout=120) == 128 + signal.SIGTERM, stderr[-3000:]
-    stopped_at = int(re.search(r"Stopped by SIGTERM at step (\d+), after saving checkpoint", stderr).group(1))
-    assert 20 <= stopped_at < 60
+    saved = re.search(r"Stopped by SIGTERM at step (\d+), after saving checkpoint (\S+)\.", stderr)
+    assert saved, stderr[-3000:]
+    stopped_at = int(saved.group(1))
+    assert 20 <= stopped_at < 60 and saved.group(2).endswith(f"ckpt-{stopped_at}")
+    assert not (output_dir / "tf_model.h5").exists()
 
     result = run_script("run_mlm.py", *args)
     assert f"Resuming from {output_dir}/checkpoints/ckpt-{stopped_at}, at step {stopped_at}" in result.stderr
+    assert f"Steps {stopped_at + 1} to " in result.stderr
     assert "global batch 32 (8 per replica x 2 replicas x 2 accumulation steps)" in result.stderr
     results = json.loads((output_dir / "training_results.json").read_text())
     assert results["saved_model_step"] == 60 and results["objective"] == "sop"
