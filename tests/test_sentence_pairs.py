@@ -262,8 +262,7 @@ def test_an_albert_run_on_two_replicas_with_accumulation_stops_on_sigterm_and_re
                                                                                       tmp_path):
     # The pair head's count all-reduced across replicas, the pairs and labels split into micro-batches, and the stop
     # signal of a preempted VM in the middle of a run: a checkpoint at the step it came, no model yet, and the same
-    # command trains on from that checkpoint. (tests/test_cloud_storage.py stops a run of one replica so, at its first
-    # step.)
+    # command trains on from that checkpoint. (tests/test_cloud_storage.py stops and resumes a run of one replica.)
     AlbertConfig(embedding_size=16, **TINY).save_pretrained(tmp_path / "config")
     output_dir = tmp_path / "sop"
     # No periodic checkpoints (pair_args' every 4 steps: 15 saves of the 60 steps between both runs): the signal's
