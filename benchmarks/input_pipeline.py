@@ -26,7 +26,7 @@ import tempfile
 import time
 
 from common import (DEFAULT_TRAIN_FILE, REPO, SPECIAL_TOKEN_IDS, TRAIN_FILE_HELP, describe_machine, load_average,
-                    median, print_table, training_flops_per_sample)
+                    median, print_table, train_tokenizer, training_flops_per_sample)
 
 import tensorflow as tf  # noqa: E402  (after common, which quiets TensorFlow)
 from transformers import RobertaConfig  # noqa: E402
@@ -94,8 +94,7 @@ def main():
         tokenizer = args.tokenizer
         if not tokenizer:
             tokenizer = os.path.join(scratch, "tokenizer")
-            subprocess.run([sys.executable, str(REPO / "train_unigram.py"), "--train_file", args.train_file,
-                            "--vocab_size", "10000", "--output_dir", tokenizer], check=True, capture_output=True)
+            train_tokenizer(args.train_file, tokenizer)
         shards = {length: write_shards(args.train_file, tokenizer, length, os.path.join(scratch, str(length)))
                   for length in args.lengths}
         speeds = {length: [] for length in args.lengths}

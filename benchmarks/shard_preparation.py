@@ -49,7 +49,8 @@ import time
 
 import numpy as np
 
-from common import DEFAULT_TRAIN_FILE, REPO, TRAIN_FILE_HELP, describe_machine, load_average, median, print_table
+from common import (DEFAULT_TRAIN_FILE, REPO, TRAIN_FILE_HELP, describe_machine, load_average, median, print_table,
+                    train_tokenizer)
 
 import shards  # noqa: E402  (common puts the repository on the path)
 from corpus import iter_text_file_batches  # noqa: E402
@@ -235,9 +236,7 @@ def main():
         tokenizer_dir = args.tokenizer
         if not tokenizer_dir:
             tokenizer_dir = os.path.join(scratch, "tokenizer")
-            subprocess.run([sys.executable, str(REPO / "train_unigram.py"), "--train_file", args.train_file,
-                            "--vocab_size", "10000", "--output_dir", tokenizer_dir],
-                           check=True, capture_output=True)
+            train_tokenizer(args.train_file, tokenizer_dir)
         larger = os.path.join(scratch, f"train-x{args.scale}.txt")
         with open(args.train_file, "rb") as f:
             text = f.read()
