@@ -152,7 +152,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -449,6 +449,10 @@ class InterceptingProxy:
     3. loop: read one HTTP/1.1 request, forward it to the emulator on a fresh
        plain-HTTP connection, copy the response back, until the client closes
        (keep-alive) or asks to close.
+
+    ``read_delay``, if given, is called before each ``GET`` is forwarded and
+    returns the seconds to wait: the latency of real Cloud Storage, which the
+    emulator on loopback does not have (benchmarks/input_pipeline.py).
     """
 
     def __init__(
@@ -458,10 +462,12 @@ class InterceptingProxy:
         certs: TestCertificates,
         upstream_host: str = "127.0.0.1",
         allowed_targets: frozenset[str] = ALLOWED_CONNECT_TARGETS,
+        read_delay: Callable[[], float] | None = None,
     ) -> None:
         self.upstream_host = upstream_host
         self.upstream_port = upstream_port
         self.allowed_targets = allowed_targets
+        self.read_delay = read_delay
 
         self._tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self._tls.load_cert_chain(certs.server_chain, certs.server_key)
@@ -668,6 +674,8 @@ class InterceptingProxy:
             headers = http.client.parse_headers(reader)
         except http.client.HTTPException as error:
             raise _BadRequest(f"malformed headers: {error!r}") from None
+        if method == "GET" and self.read_delay is not None:
+            time.sleep(self.read_delay())
 
         # --- how is the request body framed? ---------------------------------
         transfer_encoding = headers.get("Transfer-Encoding", "").strip().lower()
@@ -898,11 +906,14 @@ class GcsEmulator:
         binary: str | os.PathLike[str] | None = None,
         startup_timeout: float = 30.0,
         log_level: str = "info",
+        read_delay: Callable[[], float] | None = None,
     ) -> None:
         """``binary`` defaults to :func:`find_fake_gcs_server`. ``log_level`` is
-        fake-gcs-server's (``info`` logs every request); see :meth:`server_log`."""
+        fake-gcs-server's (``info`` logs every request); see :meth:`server_log`.
+        ``read_delay``: the proxy's (:class:`InterceptingProxy`)."""
         self._binary = Path(binary) if binary is not None else None
         self._startup_timeout = startup_timeout
+        self._read_delay = read_delay
         self._log_level = log_level
         self._port: int | None = None
         self._process: subprocess.Popen[bytes] | None = None
@@ -925,7 +936,8 @@ class GcsEmulator:
             (self._workdir / "cloudsdk-config").mkdir()
             self._certs = make_test_certificates(self._workdir / "certs")
             self._start_server(binary)
-            self._proxy = InterceptingProxy(upstream_port=self.port, certs=self._certs)
+            self._proxy = InterceptingProxy(upstream_port=self.port, certs=self._certs,
+                                            read_delay=self._read_delay)
             self._proxy.start()
         except BaseException:
             self.stop()

@@ -399,6 +399,27 @@ def test_proxy_keep_alive_chunked_bodies_and_rewrites(gcs, bucket_name):
     assert gcs.proxy_errors() == []
 
 
+def test_proxy_holds_back_each_read_by_its_read_delay(gcs, bucket_name):
+    """read_delay (benchmarks/input_pipeline.py's stand-in for Cloud Storage's latency) is drawn once per GET, and
+    the GET is answered no sooner; other requests are not held back."""
+    gcs.client().bucket(bucket_name).blob("shard").upload_from_string(b"records")
+    draws = []
+    gcs.proxy.read_delay = lambda: draws.append(0.2) or 0.2
+    try:
+        downloads = _tunnel(gcs, "storage.googleapis.com")
+        start = time.monotonic()
+        downloads.request("GET", f"/{bucket_name}/shard")
+        response = downloads.getresponse()
+        assert (response.status, response.read()) == (200, b"records")
+        waited = time.monotonic() - start
+        downloads.request("HEAD", f"/{bucket_name}/shard")
+        downloads.getresponse().read()
+        downloads.close()
+    finally:
+        gcs.proxy.read_delay = None
+    assert draws == [0.2] and waited >= 0.2
+
+
 def test_untrusted_client_is_reported(gcs):
     """A client that doesn't trust the test CA fails the handshake, and the
     proxy says why (the usual cause: CURL_CA_BUNDLE not set)."""
