@@ -1,12 +1,15 @@
 #!/usr/bin/env python
 """Benchmark of run_mlm.py's input pipeline alone, against what a TPU would consume.
 
-The pipeline is masked_lm.make_dataset, as training uses it: read the shards (8 files at a time), shuffle in a
+The pipeline is masked_lm.make_dataset, as training uses it: read the shards (32 files at a time), shuffle in a
 buffer of 10,000 samples, batch, parse, mask (with the gathered head's masked positions). It runs on this
 machine's CPU cores and feeds nothing: batches are pulled by a TensorFlow loop, with no Python per batch, after a
 warm-up that fills the shuffle buffer. Shards come from the corpus (--train_file: WikiText-2 train), written by
 prepare_tfrecord_shards.py at each sequence length; lengths are measured in turn, round after round, so that a busy
-machine disturbs them alike.
+machine disturbs them alike. With --gcs_latency_ms, the shards are read over gs:// from the tests' Cloud Storage
+emulator on 127.0.0.1 (tests/gcs_emulator.py: the test environment, `make test`, installs it), which holds back
+each read by a latency drawn at random, as Cloud Storage's vary: its proxy shares the CPU with the pipeline, so
+that speed is a lower bound.
 
 The second table is what a TPU would consume training RoBERTa-base, at its published peak: samples/s = peak
 FLOP/s / training FLOPs per sample (common.training_flops_per_sample, with the LM head at the default
@@ -18,8 +21,11 @@ upper bounds: the input pipeline must deliver at least that much, per host.
 """
 
 import argparse
+import contextlib
 import json
+import math
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -33,6 +39,7 @@ from transformers import RobertaConfig  # noqa: E402
 
 from devices import TPU_PEAK_FLOPS  # noqa: E402
 from masked_lm import default_max_predictions, make_dataset  # noqa: E402
+from utils import non_negative_float  # noqa: E402
 
 # A v3-8 or a v4-8 is one host with 4 chips (8 TensorCores); run_mlm.py has each chip's published peak.
 TPU_HOSTS = {"TPU v3-8": 4 * TPU_PEAK_FLOPS["v3"], "TPU v4-8": 4 * TPU_PEAK_FLOPS["v4"]}
@@ -50,6 +57,12 @@ def parse_args():
     parser.add_argument("--rounds", type=int, default=3, help="Rounds of measurements (default: %(default)s).")
     parser.add_argument("--model_config", default=str(REPO / "configs" / "roberta-base.json"),
                         help="Model whose training a TPU would run (default: %(default)s).")
+    parser.add_argument("--gcs_latency_ms", type=non_negative_float, default=0,
+                        help="Read the shards from a Cloud Storage emulator whose reads each wait a latency of this "
+                             "median, in milliseconds (default: %(default)s, local files).")
+    parser.add_argument("--gcs_latency_sigma", type=non_negative_float, default=1.0,
+                        help="The spread of those latencies: the sigma of their log-normal distribution (1: one "
+                             "read in 100 waits 10 times the median) (default: %(default)s).")
     return parser.parse_args()
 
 
@@ -62,6 +75,29 @@ def write_shards(train_file, tokenizer, length, output_dir):
     with open(os.path.join(output_dir, "train", "manifest.json")) as f:
         manifest = json.load(f)
     return [os.path.join(output_dir, "train", shard["file"]) for shard in manifest["shards"]], manifest["vocab_size"]
+
+
+def upload_to_emulator(stack, shards, args):
+    """The shards (write_shards' per length) uploaded to a Cloud Storage emulator that lives as long as `stack`,
+    whose reads each wait a log-normal latency (--gcs_latency_ms, --gcs_latency_sigma); returns them as gs:// paths.
+    This process reads gs:// through it from now on."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from gcs_emulator import ENV_VARS_REMOVED, GcsEmulator
+
+    mu = math.log(args.gcs_latency_ms / 1000)
+    gcs = stack.enter_context(GcsEmulator(log_level="error",
+                                          read_delay=lambda: random.lognormvariate(mu, args.gcs_latency_sigma)))
+    bucket = gcs.create_bucket("shards")
+    # TensorFlow reads these at its first gs:// access, still to come in this process.
+    for name in ENV_VARS_REMOVED:
+        os.environ.pop(name, None)
+    os.environ.update(gcs.env_overrides())
+    uploaded = {}
+    for length, (files, vocab_size) in shards.items():
+        for file in files:
+            bucket.blob(f"{length}/{os.path.basename(file)}").upload_from_filename(file)
+        uploaded[length] = [f"gs://shards/{length}/{os.path.basename(file)}" for file in files], vocab_size
+    return uploaded
 
 
 @tf.function
@@ -90,13 +126,15 @@ def pipeline_speed(files, vocab_size, length, args):
 def main():
     args = parse_args()
     config = RobertaConfig.from_json_file(args.model_config)
-    with tempfile.TemporaryDirectory(prefix="pipeline-benchmark-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="pipeline-benchmark-") as scratch, contextlib.ExitStack() as stack:
         tokenizer = args.tokenizer
         if not tokenizer:
             tokenizer = os.path.join(scratch, "tokenizer")
             train_tokenizer(args.train_file, tokenizer)
         shards = {length: write_shards(args.train_file, tokenizer, length, os.path.join(scratch, str(length)))
                   for length in args.lengths}
+        if args.gcs_latency_ms:
+            shards = upload_to_emulator(stack, shards, args)
         speeds = {length: [] for length in args.lengths}
         loads = [load_average()]
         for round_number in range(args.rounds):
@@ -108,7 +146,12 @@ def main():
     print(f"Machine: {describe_machine()}; TensorFlow {tf.__version__}; load average during the run "
           f"{min(loads):.1f} to {max(loads):.1f}")
     print(f"Pipeline: masked_lm.make_dataset(training=True), shards of {args.train_file}, batches of {args.batch_size}, "
-          f"shuffle buffer 10,000, masking 15 %; {args.batches} batches timed, median of {args.rounds} rounds\n")
+          f"shuffle buffer 10,000, masking 15 %; {args.batches} batches timed, median of {args.rounds} rounds")
+    if args.gcs_latency_ms:
+        p99 = args.gcs_latency_ms * math.exp(2.326 * args.gcs_latency_sigma)
+        print(f"Read over gs:// from an emulator on 127.0.0.1, each read waiting a log-normal latency: median "
+              f"{args.gcs_latency_ms:g} ms, 99th percentile {p99:,.0f} ms")
+    print()
     print_table(["length", "samples/s", "range", "tokens/s"],
                 [[length, f"{median(s):,.0f}", f"{min(s):,.0f} to {max(s):,.0f}", f"{median(s) * length:,.0f}"]
                  for length, s in speeds.items()])
