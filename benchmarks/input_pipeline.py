@@ -62,7 +62,7 @@ def parse_args():
                              "median, in milliseconds (default: %(default)s, local files).")
     parser.add_argument("--gcs_latency_sigma", type=non_negative_float, default=1.0,
                         help="The spread of those latencies: the sigma of their log-normal distribution (1: one "
-                             "read in 100 waits 10 times the median) (default: %(default)s).")
+                             "read in 100 waits over 10 times the median) (default: %(default)s).")
     return parser.parse_args()
 
 
