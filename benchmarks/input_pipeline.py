@@ -26,6 +26,7 @@ import json
 import math
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -82,16 +83,17 @@ def upload_to_emulator(stack, shards, args):
     whose reads each wait a log-normal latency (--gcs_latency_ms, --gcs_latency_sigma); returns them as gs:// paths.
     This process reads gs:// through it from now on."""
     sys.path.insert(0, str(REPO / "tests"))
-    from gcs_emulator import ENV_VARS_REMOVED, GcsEmulator
+    from gcs_emulator import GcsEmulator
 
     mu = math.log(args.gcs_latency_ms / 1000)
     gcs = stack.enter_context(GcsEmulator(log_level="error",
                                           read_delay=lambda: random.lognormvariate(mu, args.gcs_latency_sigma)))
     bucket = gcs.create_bucket("shards")
-    # TensorFlow reads these at its first gs:// access, still to come in this process.
-    for name in ENV_VARS_REMOVED:
-        os.environ.pop(name, None)
-    os.environ.update(gcs.env_overrides())
+    # The environment the emulator gives a subprocess, for this process: TensorFlow reads it at its first gs://
+    # access, still to come here.
+    environment = gcs.env()
+    os.environ.clear()
+    os.environ.update(environment)
     uploaded = {}
     for length, (files, vocab_size) in shards.items():
         for file in files:
@@ -148,7 +150,7 @@ def main():
     print(f"Pipeline: masked_lm.make_dataset(training=True), shards of {args.train_file}, batches of {args.batch_size}, "
           f"shuffle buffer 10,000, masking 15 %; {args.batches} batches timed, median of {args.rounds} rounds")
     if args.gcs_latency_ms:
-        p99 = args.gcs_latency_ms * math.exp(2.326 * args.gcs_latency_sigma)
+        p99 = args.gcs_latency_ms * math.exp(statistics.NormalDist().inv_cdf(0.99) * args.gcs_latency_sigma)
         print(f"Read over gs:// from an emulator on 127.0.0.1, each read waiting a log-normal latency: median "
               f"{args.gcs_latency_ms:g} ms, 99th percentile {p99:,.0f} ms")
     print()
