@@ -35,6 +35,7 @@ import json
 import logging
 import math
 import os
+import unicodedata
 
 import numpy as np
 import tensorflow as tf
@@ -304,11 +305,13 @@ def lm_head(mlm, hidden):
 
 
 def make_dataset(files, input_context, *, batch_size, max_length, masking, seed, training,
-                 shuffle_buffer_size=None, num_batches=None, pairs=None):
+                 shuffle_buffer_size=None, num_batches=None, pairs=None, word_starts_in_shards=False):
     """One host's input pipeline, endless (fit stops after the steps it asks for): its own shards (host i of n
     reads shards i, i + n, ...), read in parallel, batched `batch_size` per replica, parsed, made into sentence
     pairs with `pairs` (make_pairs' arguments) and masked (`masking`: mask_tokens' arguments, or
-    open_with_summary's where it holds a summary_token_id). Training data is shuffled
+    open_with_summary's where it holds a summary_token_id). With `word_starts_in_shards`, the shards say where
+    words begin (a word segmenter's words, a "word_starts" feature), and whole-word masking takes those instead of
+    what the tokenizer's pieces say. Training data is shuffled
     (shard order, then samples in a buffer), with new masks on every pass. Evaluation data is its first
     `num_batches` batches, each masked from (seed, batch index), over and over: Keras keeps one iterator for every
     evaluation of a fit call, and each must see the same masks."""
@@ -330,8 +333,11 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
     batches = records.batch(batch_size, drop_remainder=True)  # One static batch shape, as XLA wants.
     if not training:
         batches = batches.take(num_batches)
-    # The record format (written by prepare_tfrecord_shards.py): two int64 features of max_length values each.
-    features = {name: tf.io.FixedLenFeature([max_length], tf.int64) for name in ("input_ids", "attention_mask")}
+    # The record format (written by prepare_tfrecord_shards.py): int64 features of max_length values each, and
+    # "word_starts" (1 where a word begins, 0 inside one) in shards written with a word segmenter.
+    uses_word_starts = word_starts_in_shards and masking.get("word_starts") is not None  # Whole words, or spans.
+    names = ("input_ids", "attention_mask", "word_starts") if uses_word_starts else ("input_ids", "attention_mask")
+    features = {name: tf.io.FixedLenFeature([max_length], tf.int64) for name in names}
 
     @tf.autograph.experimental.do_not_convert  # Python branches only (see MaskedLMTrainer).
     def parse_and_mask(index, serialized):
@@ -340,8 +346,10 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
         if pairs is not None:
             pair_seed, batch_seed = tf.unstack(tf.random.experimental.stateless_split(batch_seed, 2))
             batch = make_pairs(batch, pair_seed, **pairs)
+        word_starts = batch.pop("word_starts", None)
         mask = open_with_summary if "summary_token_id" in masking else mask_tokens
-        batch.update(mask(batch["input_ids"], batch_seed, **masking))
+        batch.update(mask(batch["input_ids"], batch_seed, **masking,
+                          starts=tf.cast(word_starts, tf.bool) if uses_word_starts else None))
         return batch
 
     batches = batches.enumerate().map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE)
@@ -358,8 +366,8 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
 
 def make_pairs(batch, seed, *, template, sentence_order):
     """Sentence pairs from a batch of samples of the token stream ("input_ids" and "attention_mask", [batch,
-    length]): "input_ids", "attention_mask", "token_type_ids" and "pair_labels" [batch]. Each sample's tokens are
-    cut at a random point into A and B (1 token or more each), placed in `template` (pair_template: the
+    length], and "word_starts" if it has them): those, "token_type_ids" and "pair_labels" [batch]. Each sample's
+    tokens are cut at a random point into A and B (1 token or more each), placed in `template` (pair_template: the
     tokenizer's own layout of a pair, so that pre-training sees pairs as fine-tuning will), which takes the place
     of the sample's last tokens. Half the pairs, drawn at random, are changed and labelled 1: with
     `sentence_order` (ALBERT's sentence-order prediction), B comes before A; else (BERT's next-sentence
@@ -399,11 +407,14 @@ def make_pairs(batch, seed, *, template, sentence_order):
 
     special_types = [token_type for token, token_type in zip(ids, types) if token != -1]
     content_types = tf.where(position < split, types[first], types[second])
-    return {"input_ids": arrange(batch["input_ids"][:, :content_length], [token for token in ids if token != -1]),
-            "attention_mask": arrange(batch["attention_mask"][:, :content_length], [1] * len(special_types)),
-            "token_type_ids": tf.gather(tf.concat([content_types, tf.broadcast_to(
-                tf.constant(special_types, tf.int32), [num_samples, len(special_types)])], 1), index, batch_dims=1),
-            "pair_labels": labels}
+    pairs = {"input_ids": arrange(batch["input_ids"][:, :content_length], [token for token in ids if token != -1]),
+             "attention_mask": arrange(batch["attention_mask"][:, :content_length], [1] * len(special_types)),
+             "token_type_ids": tf.gather(tf.concat([content_types, tf.broadcast_to(
+                 tf.constant(special_types, tf.int32), [num_samples, len(special_types)])], 1), index, batch_dims=1),
+             "pair_labels": labels}
+    if "word_starts" in batch:  # Where words begin moves with their tokens; a special token begins one.
+        pairs["word_starts"] = arrange(batch["word_starts"][:, :content_length], [1] * len(special_types))
+    return pairs
 
 
 def pair_template(tokenizer):
@@ -417,24 +428,27 @@ def pair_template(tokenizer):
 
 
 def mask_tokens(input_ids, seed, *, mask_token_id, special_token_ids, vocab_size, mlm_probability,
-                max_predictions=0, word_starts=None, spans=False, mask_share=0.8, random_share=0.1):
+                max_predictions=0, word_starts=None, spans=False, mask_share=0.8, random_share=0.1, starts=None):
     """Masks a batch of token ids [batch, length]: a dict of "input_ids", "labels" (and "masked_positions").
 
     Each token that is not special is chosen with probability `mlm_probability`; of those, 80 % become
     `mask_token_id`, 10 % a random token, 10 % stay (`mask_share` and `random_share`: ELECTRA's are 0.85 and 0).
     "labels" hold the original id where chosen, -100 elsewhere.
     With `word_starts` (word_start_table), whole words are chosen instead (choose_words), and with `spans`,
-    SpanBERT's spans of words. With `max_predictions` K > 0, at most K positions per sequence are chosen (the
-    lowest draws; whole words), and "masked_positions" [batch, K] lists them, padded with unchosen ones: the LM head
-    needs logits there only. Stateless random ops make the result a function of `seed` (two integers), and every
-    shape is static: safe in tf.data and under XLA.
+    SpanBERT's spans of words; `starts` [batch, length], where given, says where words begin in place of the table
+    (a word segmenter's words, stored in the shards). With `max_predictions` K > 0, at most K positions per sequence
+    are chosen (the lowest draws; whole words), and "masked_positions" [batch, K] lists them, padded with unchosen
+    ones: the LM head needs logits there only. Stateless random ops make the result a function of `seed` (two
+    integers), and every shape is static: safe in tf.data and under XLA.
     """
     mask_seed, replace_seed, random_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
     shape = tf.shape(input_ids)
     is_special = is_special_token(input_ids, special_token_ids)
     batch = {}
     if word_starts is not None:
-        chosen, replace_draw = choose_words(input_ids, is_special, word_starts, mask_seed, replace_seed,
+        if starts is None:
+            starts = tf.gather(tf.constant(word_starts), input_ids)
+        chosen, replace_draw = choose_words(input_ids, is_special, starts, mask_seed, replace_seed,
                                             mlm_probability, max_predictions, spans)
         if max_predictions:  # The chosen positions first (top_k keeps the lower index among equals).
             batch["masked_positions"] = tf.math.top_k(tf.cast(chosen, tf.float32), k=max_predictions).indices
@@ -456,7 +470,7 @@ def mask_tokens(input_ids, seed, *, mask_token_id, special_token_ids, vocab_size
     return batch
 
 
-def open_with_summary(input_ids, seed, *, summary_token_id, **masking):
+def open_with_summary(input_ids, seed, *, summary_token_id, starts=None, **masking):
     """mask_tokens with <s> (`summary_token_id`) in place of each sample's first token, labelled with a token of the
     sample drawn at random (never a special one): through the LM head, <s>'s output learns to predict the sample's
     bag of words. Without it, a masked LM never trains <s>'s output, and pre-training leaves <s> attending to
@@ -467,7 +481,8 @@ def open_with_summary(input_ids, seed, *, summary_token_id, **masking):
     summary_seed, seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
     rest = input_ids[:, 1:]
     batch = mask_tokens(rest, seed, **dict(masking, max_predictions=min(masking.get("max_predictions", 0),
-                                                                         rest.shape[1])))
+                                                                         rest.shape[1])),
+                        starts=None if starts is None else starts[:, 1:])
     is_content = ~is_special_token(rest, masking["special_token_ids"])
     # A uniform draw among the content tokens: the largest of their uniform numbers.
     drawn = tf.argmax(tf.where(is_content, tf.random.stateless_uniform(tf.shape(rest), summary_seed), -1.0), axis=1)
@@ -480,6 +495,18 @@ def open_with_summary(input_ids, seed, *, summary_token_id, **masking):
     return batch
 
 
+def masked_share(batches, special_token_ids):
+    """The share of the tokens that can be masked (not special) that make_dataset's `batches` (finitely many)
+    chose for prediction: what the masking does, to compare with its mlm_probability (whole words that do not fit
+    under max_predictions stay unmasked). A chosen token replaced by a random one counts as chosen, special or not."""
+    chosen, maskable = 0, 0
+    for batch in batches:
+        is_chosen = batch["labels"] != -100
+        chosen += int(tf.math.count_nonzero(is_chosen))
+        maskable += int(tf.math.count_nonzero(is_chosen | ~is_special_token(batch["input_ids"], special_token_ids)))
+    return chosen / max(maskable, 1)
+
+
 def is_special_token(input_ids, special_token_ids):
     """[batch, length] booleans: where a token is one of `special_token_ids`, never masked nor drawn at <s>."""
     return tf.reduce_any(input_ids[..., tf.newaxis] == special_token_ids, axis=-1)
@@ -490,12 +517,11 @@ def is_special_token(input_ids, special_token_ids):
 MAX_SPAN_WORDS = 10
 
 
-def choose_words(input_ids, is_special, word_starts, mask_seed, replace_seed, mlm_probability, max_predictions,
-                 spans):
+def choose_words(input_ids, is_special, starts, mask_seed, replace_seed, mlm_probability, max_predictions, spans):
     """(chosen, replace_draw) of mask_tokens, [batch, length] each, for whole words: a token starts a word where
-    `word_starts` says so, at a sample's start, and after a special token that starts a word (each such special
-    is a word of its own, never chosen; <unk>, for unknown characters, stays inside its word). Every draw is made
-    per word slot (a row has at most `length` words) and spread over the word's tokens, so a word is chosen, and
+    `starts` [batch, length] says so, at a sample's start, and after a special token that starts a word (each such
+    special is a word of its own, never chosen; <unk>, for unknown characters, stays inside its word). Every draw is
+    made per word slot (a row has at most `length` words) and spread over the word's tokens, so a word is chosen, and
     replaced 80/10/10, as a whole; each word with probability `mlm_probability`, which is thus also the expected
     share of tokens.
 
@@ -506,7 +532,6 @@ def choose_words(input_ids, is_special, word_starts, mask_seed, replace_seed, ml
     the whole span. With `max_predictions` K, words are kept in the order of their draws while their tokens fit
     in K, a word never cut."""
     length = input_ids.shape[1]
-    starts = tf.gather(tf.constant(word_starts), input_ids)
     starts |= tf.pad((is_special & starts)[:, :-1], [[0, 0], [1, 0]], constant_values=True)  # After <s>, </s>.
     word = tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1  # Each token's word slot.
     slots = MAX_SPAN_WORDS - 1 + length if spans else length  # Spans may start before the row.
@@ -562,12 +587,32 @@ def span_start_probability(mlm_probability):
     return (low + high) / 2
 
 
+# The scripts written without spaces between words (Unicode ranges): Chinese characters, kana, Thai, Lao, Khmer,
+# Myanmar. There "▁" comes only after a space, so the pieces' markers would make a "word" of a whole clause.
+UNSPACED_SCRIPTS = [(0x0E00, 0x0EFF),  # Thai, Lao
+                    (0x1000, 0x109F), (0x1780, 0x17FF), (0x19E0, 0x19FF),  # Myanmar, Khmer and its symbols
+                    (0x2E80, 0x2FDF), (0x3005, 0x3007), (0x3021, 0x3029), (0x3040, 0x30FF), (0x31F0, 0x31FF),
+                    (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0xFF66, 0xFF9F),  # Han, kana
+                    (0x20000, 0x323AF)]  # Han, the supplementary planes
+
+
+def begins_unspaced_word(piece):
+    """Whether a piece begins with a character of a script written without spaces that can begin a word (not a
+    combining mark, such as a Thai vowel or tone mark above or below its consonant): as Google's BERT splits Chinese
+    characters, each such piece is a word of its own, and whole-word masking is never coarser than token masking
+    there. Finer words come from a word segmenter (prepare_tfrecord_shards.py --word_segmenter)."""
+    first = piece.lstrip("▁")[:1]
+    return bool(first) and any(low <= ord(first) <= high for low, high in UNSPACED_SCRIPTS) \
+        and not unicodedata.category(first).startswith("M")
+
+
 def word_start_table(tokenizer):
     """[vocabulary] booleans, True for the tokens that begin a word, read once from the tokenizer's pieces: for
     SentencePiece-style tokenizers (Metaspace, this pipeline's Unigram), those beginning with "▁"; for
-    WordPiece (BERT's), those not beginning with "##"; for byte-level BPE (GPT-2, RoBERTa), "Ġ". Specials begin
-    a word, but <unk>, which stands for characters inside one. Raises ValueError for a tokenizer whose pieces do
-    not show where words begin."""
+    WordPiece (BERT's), those not beginning with "##"; for byte-level BPE (GPT-2, RoBERTa), "Ġ". In every case, a
+    piece that begins with a character of a script written without spaces (begins_unspaced_word). Specials begin
+    a word, but <unk>, which stands for characters inside one, and so do a byte-fallback piece's bytes ("<0xE4>").
+    Raises ValueError for a tokenizer whose pieces do not show where words begin."""
     backend = json.loads(tokenizer.backend_tokenizer.to_str()) if tokenizer.is_fast else {}
     pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     layout = json.dumps([backend.get("pre_tokenizer"), backend.get("decoder")])
@@ -581,6 +626,7 @@ def word_start_table(tokenizer):
         raise ValueError("--masking whole_word and span need a tokenizer whose pieces show where words begin "
                         "(SentencePiece's ▁, WordPiece's ##, or byte-level BPE's Ġ), but this one's show "
                         "none. Use --masking token, or a tokenizer from train_unigram.py.")
+    table |= np.array([begins_unspaced_word(piece.removeprefix("##")) for piece in pieces])
     table[[i for i in tokenizer.all_special_ids if i != tokenizer.unk_token_id]] = True
     return table
 

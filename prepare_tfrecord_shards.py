@@ -23,10 +23,12 @@ process, and spreads over the workers in several smaller ones.
 Each split folder, {output_dir}/{split}/, holds the files of the shard contract (shards.py): INCOMPLETE while it is
 written; the shards, dataset-{index}-{num_samples}.tfrecord, --shard_size samples each, each written under a
 temporary name (*.tfrecord.tmp) and renamed once every part is complete; token_counts.json; then manifest.json,
-written last. A record is a tf.train.Example of two int64 features of max_length values each:
+written last. A record is a tf.train.Example of int64 features of max_length values each:
 
     input_ids       the token ids of the sample
     attention_mask  all ones (samples are never padded), for readers of the original example's format
+    word_starts     with --word_segmenter only: 1 where a token begins one of the segmenter's words (or is a special
+                    token), 0 inside one; the manifest names the segmenter
 
 For text files, local output and a tokenizer of train_unigram.py, nothing slow to import is imported: not
 TensorFlow (RecordSerializer writes the bytes of its records), 🤗 Datasets or 🤗 Transformers. Every path may be
@@ -56,6 +58,7 @@ from shards import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, finis
                     write_part)
 from utils import (UserError, check_gcs_path, check_output_dir, file_size, out_of_space_named, positive_float,
                    positive_int, probability, refuse_an_output_that_is_read)
+from word_segmenters import SEGMENTERS, load_word_segmenter
 
 logger = logging.getLogger("prepare_tfrecord_shards")
 
@@ -94,6 +97,12 @@ def parse_args():
     parser.add_argument("--max_length", type=positive_int, default=128,
                         help=f"Tokens per sample, at least {MIN_MAX_LENGTH}: a sample may hold a document bound "
                              "(</s> <s>), and a masked token needs context (default: %(default)s).")
+    parser.add_argument("--word_segmenter", choices=sorted(SEGMENTERS),
+                        help="Store where words begin beside the token ids, as this word segmenter cuts the text, "
+                             "for run_mlm.py --masking whole_word: jieba or rjieba (Chinese), pythainlp (Thai), "
+                             "fugashi (Japanese, with unidic-lite); each a package to install (default: none; "
+                             "run_mlm.py then takes each Chinese character, kana or Thai syllable's piece for a "
+                             "word).")
     parser.add_argument("--shard_size", type=positive_int, default=1000,
                         help="Samples per shard (default: %(default)s).")
     parser.add_argument("--batch_size", type=positive_int, default=1000,
@@ -145,6 +154,8 @@ def main(args):
         check_gcs_path(path)
     check_gcs_path(args.output_dir, write=True)
     check_output_dir(args.output_dir, args.overwrite)
+    if args.word_segmenter:  # Its package, checked here rather than in every worker.
+        load_word_segmenter(args.word_segmenter)
     if args.runner and not data_files:
         raise UserError("with --runner, pass input files (--train_file, --validation_file, --test_file; "
                         "globs allowed): the Beam pipeline does not read Hub datasets.")

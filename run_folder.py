@@ -7,7 +7,8 @@
 - checkpoints every N steps and before stopping on SIGTERM or SIGINT (a preempted VM, Ctrl-C), the hosts of a
   multi-worker run agreeing on the step; a NaN loss stops the run (and a fine-tuning run: StopAtNonFiniteLoss);
 - training_results.json and the logs at the end of each round (TensorBoard, speed, MFU), and at the run's end a
-  warning when the model learned next to nothing from the context; a full disk named with what is safe.
+  warning when the model learned next to nothing from the context; a full disk named with what is safe;
+- at the run's end, the model, its tokenizer, a PyTorch copy and its model card (save_model): a finished run.
 
 Keras' BackupAndRestore and tf.distribute's PreemptionCheckpointHandler do not fit TPU preemption (CheckpointAndStop
 says why).
@@ -31,8 +32,8 @@ import tensorflow as tf
 import tf_keras as keras
 
 from devices import count_hosts, create_optimizer_state
-from models import (ELECTRA_GENERATOR, config_changes, load_config, load_tokenizer, save_tokenizer,
-                    tokenizer_difference)
+from models import (ELECTRA_GENERATOR, config_changes, load_config, load_tokenizer, save_model_folder,
+                    save_tokenizer, tokenizer_difference, write_model_card)
 from utils import UserError, check_output_dir, delete, gcs_blob, is_gcs_path, out_of_space_named, \
     refuse_a_file_as_output_dir, save_folder
 
@@ -585,6 +586,73 @@ class RoundEnd(keras.callbacks.Callback):
         self.write_tensorboard("train", {**train, **speed}, step)
         self.write_tensorboard("eval", evaluation, step)
         self.ended_at = time.perf_counter()
+
+
+def save_model(args, trainer, tokenizer, config, results, plan, pair_objective):
+    """At a run's end, the model, its tokenizer, a PyTorch copy and a model card into --output_dir (and to the Hub
+    with --hub_model_id); then, in training_results.json, the step it was saved at: the run is finished.
+    `pair_objective`: the name of --objective nsp or sop, None for the others."""
+    step, model = int(trainer.optimizer.iterations.numpy()), trainer.networks["model"]
+    electra = args.objective == "electra"
+    results.record(step=step, model_type=config.model_type, vocab_size=config.vocab_size,
+                   train_samples=plan.train_samples)
+    metrics = "\n".join(f"| {name} | {value:.4f} |" for name, value in results.get("final_eval", {}).items())
+    origin = (f"continued from `{args.model_name_or_path}`" if args.model_name_or_path
+              else f"`{args.pretrained_model_config}` from scratch")
+    what = (f"An ELECTRA discriminator pre-trained by replaced-token detection (`--objective electra`, a generator "
+            f"of hidden size {trainer.generator.config.hidden_size}, saved in `{ELECTRA_GENERATOR}/` as a fill-mask "
+            f"model; discriminator weight {trainer.discriminator_weight})" if electra
+            else f"A {config.model_type} masked language model pre-trained on sentence pairs with "
+            f"{pair_objective} (`--objective {args.objective}`, pair loss weight "
+            f"{trainer.pair_loss_weight}), its pair head kept,"
+            if pair_objective else f"A {config.model_type} masked language model pre-trained")
+    description = f"""{what} with TensorFlow (`run_mlm.py` of a TF + 🤗 Transformers TPU pre-training pipeline),
+{origin}.
+
+- Training data: `{args.train_dataset}`, {plan.train_samples} samples of {args.max_length} tokens
+- Evaluation data: `{args.eval_dataset}`
+- Tokenizer: `{args.tokenizer}`, vocabulary of {config.vocab_size}
+- Config overrides: `{args.config_overrides or 'none'}`
+- Steps: {step} at a global batch of {plan.global_batch_size} samples ({results['num_replicas']} replicas),
+  learning rate {args.learning_rate}, weight decay {args.weight_decay_rate}
+
+## Final evaluation
+
+{ELECTRA_METRICS if electra else MLM_METRICS + (PAIR_METRICS if pair_objective else "")}
+
+| metric | value |
+|---|---|
+{metrics or '| (no evaluation data) | |'}"""
+
+    def write(folder):
+        save_model_folder(model, tokenizer, folder)
+        if electra:  # The discriminator has no pipeline of its own; its encoder extracts features.
+            write_model_card(folder, args.output_dir, "feature-extraction", "The capital of France is Paris.",
+                             description)
+            generator_dir = os.path.join(folder, ELECTRA_GENERATOR)
+            save_model_folder(trainer.generator, tokenizer, generator_dir)
+            write_model_card(generator_dir, args.output_dir.rstrip("/") + "-generator", "fill-mask",
+                             "The capital of France is <mask>.", "The generator of an ELECTRA run, saved with "
+                             "its discriminator (the folder above), whose embeddings it shares.")
+        else:
+            write_model_card(folder, args.output_dir, "fill-mask", "The capital of France is <mask>.", description)
+
+    save_folder(args.output_dir, write, "Model, tokenizer and model card", args.hub_model_id,  # Logs go to the Hub.
+                f"Pre-trained for {step} steps", ignore_patterns=["checkpoints/*", OutputDirLease.NAME])
+    results.record(saved_model_step=step)
+
+
+MLM_METRICS = """\
+`loss`, `perplexity` and `masked_accuracy` cover every position chosen for prediction; the `..._at_mask` metrics
+only those whose input was `<mask>`, for the model and for a table of the training tokens' frequencies
+(`frequency_...`); `nats_beyond_frequency` is how much lower the model's cross-entropy is there than the table's."""
+PAIR_METRICS = """ The masked LM's loss is `masked_lm_loss`; the pair head's `pair_loss` and `pair_accuracy` (half the
+pairs changed: 0.5 is chance); `loss`, the masked LM's loss plus the pair loss times its weight."""
+ELECTRA_METRICS = """The generator's `generator_loss` and `generator_accuracy` at the masked positions; the
+discriminator's `discriminator_loss` and `discriminator_accuracy` over every real token, its accuracy on the tokens
+the generator replaced (`replaced_accuracy`) and on the others (`original_accuracy`); `replaced_share`, the share of
+tokens replaced; `nats_beyond_prior`, how much lower the discriminator's loss is than that of a constant guess of that
+share (0: nothing learned from the context); `loss`, the generator's loss plus the weighted discriminator's."""
 
 
 def out_of_space_in_run(folder, what, checkpoint_dir):

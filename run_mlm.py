@@ -38,11 +38,11 @@ from devices import (Throughput, add_hardware_arguments, check_input_pipeline, c
                      host_index, plan_training, set_up_training, strategy_name)
 from models import (ARCHITECTURES, ELECTRA_GENERATOR, check_max_length, config_overrides, count_parameters,
                     load_config, load_pretrained_model, load_tokenizer, override_config,
-                    refuse_a_tokenizer_not_the_models, save_model_folder, saved_generator, weights_fingerprint,
-                    with_typed_pairs, write_model_card)
-from shards import MIN_MAX_LENGTH, TOKEN_COUNTS_NAME, damaged_shards_named, find_shards, read_token_counts
+                    refuse_a_tokenizer_not_the_models, saved_generator, weights_fingerprint, with_typed_pairs)
+from shards import (MIN_MAX_LENGTH, TOKEN_COUNTS_NAME, damaged_shards_named, find_shards, read_token_counts,
+                    shards_word_segmenter)
 from utils import (UserError, fraction, non_negative_float, non_negative_int, positive_float, positive_int,
-                   probability, save_folder, share)
+                   probability, share)
 
 logger = logging.getLogger("run_mlm")
 
@@ -57,7 +57,7 @@ def main(args):
 
     from run_folder import (CheckpointAndStop, OutputDirLease, ResultsFile, RoundEnd, check_where_the_run_starts,
                             format_metrics, refuse_an_unfinished_pretraining_run, restore_last_checkpoint,
-                            save_checkpoints_config, warn_if_nothing_learned_from_context)
+                            save_checkpoints_config, save_model, warn_if_nothing_learned_from_context)
 
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     strategy, on_tpu, jit_compile = set_up_training(
@@ -109,12 +109,16 @@ def main(args):
                    started_from=args.model_name_or_path, objective=args.objective)  # None: random weights.
 
     # Train in rounds, each ending with an evaluation, checkpointing as it goes.
-    data = data_arguments(args, tokenizer)  # Once: the word-start table reads the whole vocabulary.
+    # Once: the word-start table reads the whole vocabulary.
+    data = data_arguments(args, tokenizer, shards_word_segmenter(train_files, eval_files))
     training_data, eval_data = distributed_datasets(args, strategy, plan, data, train_files, eval_files)
     round_end = RoundEnd(results, os.path.join(args.output_dir if is_chief else checkpoints.directory, "logs"),
                          learning_rate, throughput)
     stopper = CheckpointAndStop(checkpoints, args.checkpoint_every_steps, strategy, start_step, is_chief)
     with damaged_shards_named(train_files + eval_files):
+        masked_share = state_the_masking(args, data, train_files)
+        results.record(masked_share=masked_share)
+        round_end.write_tensorboard("train", {"masked_share": masked_share}, step=start_step)
         if args.input_check_seconds:  # This host's pipeline alone, as training builds it.
             this_host = tf.distribute.InputContext(plan.num_hosts, host_index(strategy), plan.replicas_per_host)
             speed = check_input_pipeline(host_dataset(args, plan, data, train_files, args.seed)(this_host),
@@ -131,7 +135,7 @@ def main(args):
     logger.info("Weights fingerprint: %s", weights_fingerprint(*trainer.networks.values()))  # The same on every host.
     warn_if_nothing_learned_from_context(results)
     if is_chief:
-        save_model(args, trainer, tokenizer, config, results, plan)
+        save_model(args, trainer, tokenizer, config, results, plan, PAIR_OBJECTIVES.get(args.objective))
 
 
 def log_plan(args, strategy, plan, on_tpu, jit_compile, train_files, eval_files):
@@ -175,15 +179,19 @@ def train(trainer, training_data, eval_data, plan, start_step, stopper, round_en
 # The data
 
 
-def data_arguments(args, tokenizer):
-    """make_dataset's `masking` (mask_tokens' arguments) and `pairs` (make_pairs', or None), from the flags and the
-    tokenizer."""
+def data_arguments(args, tokenizer, segmenter=None):
+    """make_dataset's `masking` (mask_tokens' arguments), `pairs` (make_pairs', or None) and
+    `word_starts_in_shards`, from the flags, the tokenizer and the word segmenter of the shards (or None)."""
     from masked_lm import pair_template, word_start_table
 
     try:
         word_starts = None if args.masking == "token" else word_start_table(tokenizer)
     except ValueError as err:  # A tokenizer whose pieces do not show where words begin.
         raise UserError(str(err)) from err
+    if args.masking != "token":
+        logger.info("Whole words: %s", f"those of the word segmenter {segmenter}, stored in the shards" if segmenter
+                    else "a piece that follows a space begins one, and so does each piece of a script written "
+                         "without spaces (prepare_tfrecord_shards.py --word_segmenter cuts finer words)")
     # ELECTRA's replacement: a chosen token becomes <mask> (85 %) or stays, never a random token: the generator
     # is what replaces tokens. A masked LM's: <mask>, else half a random token, half unchanged (BERT's 80/10/10).
     electra = args.objective == "electra"
@@ -198,7 +206,44 @@ def data_arguments(args, tokenizer):
     pairs = dict(template=pair_template(tokenizer), sentence_order=args.objective == "sop") \
         if args.objective in PAIR_OBJECTIVES else None
     return dict(masking=dict(masking, summary_token_id=tokenizer.cls_token_id) if args.cls_bag_of_words else masking,
-                pairs=pairs)
+                pairs=pairs, word_starts_in_shards=segmenter is not None)
+
+
+# Batches of the first shards that state_the_masking masks: thousands of samples, a second or two of the host's CPU.
+MASKING_CHECK_BATCHES = 16
+
+
+def state_the_masking(args, data, train_files):
+    """The share of the training tokens chosen for prediction, measured on the first batches of the training shards
+    (masked as evaluation batches are: no shuffle buffer to fill), logged beside --mlm_probability, with a warning
+    that names the cause when it falls short by more than a fifth. Returns the share."""
+    import tensorflow as tf
+
+    from masked_lm import default_max_predictions, make_dataset, masked_share
+
+    def share(masking):
+        return masked_share(make_dataset(
+            train_files, tf.distribute.InputContext(), batch_size=args.per_replica_batch_size, seed=args.seed,
+            max_length=args.max_length, training=False, num_batches=MASKING_CHECK_BATCHES,
+            **dict(data, masking=masking)).take(MASKING_CHECK_BATCHES), masking["special_token_ids"])
+
+    with tf.device("/cpu:0"):
+        done = share(data["masking"])
+        logger.info("Masking: %.1f %% of the tokens chosen for prediction, for --mlm_probability %g (--masking %s)",
+                    100 * done, args.mlm_probability, args.masking)
+        if done < 0.8 * args.mlm_probability:
+            cap, uncapped = args.max_predictions_per_seq, share(dict(data["masking"], max_predictions=0))
+            needed = default_max_predictions(args.mlm_probability, args.max_length, args.masking)
+            logger.warning("Only %.1f %% of the tokens are masked, where --mlm_probability asks %g %%: %s.",
+                           100 * done, 100 * args.mlm_probability,
+                           "the samples hold few tokens that can be masked" if uncapped <= 1.1 * done else
+                           f"--max_predictions_per_seq {cap} is below the {needed} positions per sequence that "
+                           f"--masking {args.masking} needs here (without the cap: {100 * uncapped:.1f} %). Leave it "
+                           "to its default" if cap < needed else
+                           f"whole words of many tokens do not fit under --max_predictions_per_seq {cap} and are "
+                           f"left out (without the cap: {100 * uncapped:.1f} %). In a language written without "
+                           "spaces, write the shards with a --word_segmenter, or use --masking token")
+    return done
 
 
 def host_dataset(args, plan, data, files, seed, training=True):
@@ -376,81 +421,13 @@ def fit_calls(start_step, total_steps, round_steps):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# What it saves
+# What it says of its model
 
 
 def describe_model(config, generator_config):
     return config.model_type if generator_config is None else (
         f"ELECTRA discriminator (hidden size {config.hidden_size}) and generator (hidden size "
         f"{generator_config.hidden_size}), sharing their embeddings")
-
-
-def save_model(args, trainer, tokenizer, config, results, plan):
-    """The model, its tokenizer, a PyTorch copy and a model card into --output_dir (and to the Hub with
-    --hub_model_id); then, in training_results.json, the step it was saved at: the run is finished."""
-    from run_folder import OutputDirLease
-
-    step, model = int(trainer.optimizer.iterations.numpy()), trainer.networks["model"]
-    electra = args.objective == "electra"
-    results.record(step=step, model_type=config.model_type, vocab_size=config.vocab_size,
-                   train_samples=plan.train_samples)
-    metrics = "\n".join(f"| {name} | {value:.4f} |" for name, value in results.get("final_eval", {}).items())
-    origin = (f"continued from `{args.model_name_or_path}`" if args.model_name_or_path
-              else f"`{args.pretrained_model_config}` from scratch")
-    what = (f"An ELECTRA discriminator pre-trained by replaced-token detection (`--objective electra`, a generator "
-            f"of hidden size {trainer.generator.config.hidden_size}, saved in `{ELECTRA_GENERATOR}/` as a fill-mask "
-            f"model; discriminator weight {trainer.discriminator_weight})" if electra
-            else f"A {config.model_type} masked language model pre-trained on sentence pairs with "
-            f"{PAIR_OBJECTIVES[args.objective]} (`--objective {args.objective}`, pair loss weight "
-            f"{trainer.pair_loss_weight}), its pair head kept,"
-            if args.objective in PAIR_OBJECTIVES else f"A {config.model_type} masked language model pre-trained")
-    description = f"""{what} with TensorFlow (`run_mlm.py` of a TF + 🤗 Transformers TPU pre-training pipeline),
-{origin}.
-
-- Training data: `{args.train_dataset}`, {plan.train_samples} samples of {args.max_length} tokens
-- Evaluation data: `{args.eval_dataset}`
-- Tokenizer: `{args.tokenizer}`, vocabulary of {config.vocab_size}
-- Config overrides: `{args.config_overrides or 'none'}`
-- Steps: {step} at a global batch of {plan.global_batch_size} samples ({results['num_replicas']} replicas),
-  learning rate {args.learning_rate}, weight decay {args.weight_decay_rate}
-
-## Final evaluation
-
-{ELECTRA_METRICS if electra else MLM_METRICS + (PAIR_METRICS if args.objective in PAIR_OBJECTIVES else "")}
-
-| metric | value |
-|---|---|
-{metrics or '| (no evaluation data) | |'}"""
-
-    def write(folder):
-        save_model_folder(model, tokenizer, folder)
-        if electra:  # The discriminator has no pipeline of its own; its encoder extracts features.
-            write_model_card(folder, args.output_dir, "feature-extraction", "The capital of France is Paris.",
-                             description)
-            generator_dir = os.path.join(folder, ELECTRA_GENERATOR)
-            save_model_folder(trainer.generator, tokenizer, generator_dir)
-            write_model_card(generator_dir, args.output_dir.rstrip("/") + "-generator", "fill-mask",
-                             "The capital of France is <mask>.", "The generator of an ELECTRA run, saved with "
-                             "its discriminator (the folder above), whose embeddings it shares.")
-        else:
-            write_model_card(folder, args.output_dir, "fill-mask", "The capital of France is <mask>.", description)
-
-    save_folder(args.output_dir, write, "Model, tokenizer and model card", args.hub_model_id,  # Logs go to the Hub.
-                f"Pre-trained for {step} steps", ignore_patterns=["checkpoints/*", OutputDirLease.NAME])
-    results.record(saved_model_step=step)
-
-
-MLM_METRICS = """\
-`loss`, `perplexity` and `masked_accuracy` cover every position chosen for prediction; the `..._at_mask` metrics
-only those whose input was `<mask>`, for the model and for a table of the training tokens' frequencies
-(`frequency_...`); `nats_beyond_frequency` is how much lower the model's cross-entropy is there than the table's."""
-PAIR_METRICS = """ The masked LM's loss is `masked_lm_loss`; the pair head's `pair_loss` and `pair_accuracy` (half the
-pairs changed: 0.5 is chance); `loss`, the masked LM's loss plus the pair loss times its weight."""
-ELECTRA_METRICS = """The generator's `generator_loss` and `generator_accuracy` at the masked positions; the
-discriminator's `discriminator_loss` and `discriminator_accuracy` over every real token, its accuracy on the tokens
-the generator replaced (`replaced_accuracy`) and on the others (`original_accuracy`); `replaced_share`, the share of
-tokens replaced; `nats_beyond_prior`, how much lower the discriminator's loss is than that of a constant guess of that
-share (0: nothing learned from the context); `loss`, the generator's loss plus the weighted discriminator's."""
 
 
 # ----------------------------------------------------------------------------------------------------------------

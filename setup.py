@@ -7,4 +7,4 @@ import setuptools
 
 setuptools.setup(name="prepare-tfrecord-shards-workers", version="1.0",
                  py_modules=["prepare_tfrecord_shards", "beam_pipeline", "corpus", "models", "shards", "utils",
-                             "diagnostics"])
+                             "word_segmenters", "diagnostics"])

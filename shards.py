@@ -28,6 +28,7 @@ import numpy as np
 
 from corpus import LongText, compression
 from utils import UserError, delete, exists, is_gcs_path, open_file, rename
+from word_segmenters import load_word_segmenter, tokens_beginning_words, word_begins
 
 logger = logging.getLogger("shards")
 
@@ -68,6 +69,9 @@ class Manifest:
     vocabulary_fingerprint: str  # See vocabulary_fingerprint: run_mlm.py compares it with its tokenizer's.
     # In order: {"file", "num_samples", "num_bytes"}; run_mlm.py compares each size with the file's.
     shards: list
+    # The word segmenter whose words the records' "word_starts" hold (--word_segmenter), or None: the records have
+    # none, as every shard written before there was a segmenter.
+    word_segmenter: str = None
 
     def to_json(self):
         return json.dumps(dataclasses.asdict(self), indent=2)
@@ -78,7 +82,8 @@ class Manifest:
         try:
             fields = json.loads(data)
             if all(shard.keys() >= {"file", "num_samples", "num_bytes"} for shard in fields["shards"]):
-                return cls(**{field.name: fields[field.name] for field in dataclasses.fields(cls)})
+                return cls(**{field.name: fields[field.name] for field in dataclasses.fields(cls)
+                              if field.name in fields or field.default is dataclasses.MISSING})
         except (ValueError, TypeError, KeyError, AttributeError):  # Not JSON, not an object, a field missing.
             pass
         from diagnostics import manifest_error
@@ -107,47 +112,58 @@ PIECES_PER_CALL = 16  # Tokenized together, on all cores: a few MB of text, as a
 
 def tokenize(tokenizer, texts):
     """The token ids of a batch of texts, concatenated: token_chunks' arrays in one."""
-    chunks = list(token_chunks(tokenizer, texts))
-    return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+    return np.concatenate(list(token_chunks(tokenizer, texts)), axis=1)[0]
 
 
-def token_chunks(tokenizer, texts):
-    """The token ids of a batch of texts (str, or corpus.LongText), in arrays that concatenate to the whole,
-    tokenized on all cores inside 🤗 Tokenizers (without the character offsets of encode_batch, which nothing here
-    uses). Long texts go in pieces, and their tokens come a group of pieces at a time: memory is bounded by the batch,
-    not by the longest line."""
+def token_chunks(tokenizer, texts, segment=None):
+    """The token ids of a batch of texts (str, or corpus.LongText), in arrays [1, tokens] that concatenate (on axis
+    1) to the whole, tokenized on all cores inside 🤗 Tokenizers. With a word segmenter `segment`
+    (word_segmenters.load_word_segmenter), arrays [2, tokens]: the ids, and 1 where a token begins one of its words
+    (or is a special token), 0 inside one. Long texts go in pieces, and their tokens come a group of pieces at a
+    time: memory is bounded by the batch, not by the longest line."""
     short = []  # The short texts since the last long one.
     for text in texts:
         if isinstance(text, LongText) or len(text) > MAX_PIECE_CHARS:
             if short:
-                yield encode(tokenizer, short)
-            yield from long_text_ids(tokenizer, text)
+                yield encode(tokenizer, short, segment)
+            yield from long_text_ids(tokenizer, text, segment)
             short = []
         else:
             short.append(text)
-    yield encode(tokenizer, short)
+    yield encode(tokenizer, short, segment)
 
 
-def encode(tokenizer, texts, add_special_tokens=True):
-    encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=add_special_tokens)
-    return np.fromiter(itertools.chain.from_iterable(encoding.ids for encoding in encodings), np.int64)
+def encode(tokenizer, texts, segment=None, add_special_tokens=True):
+    """token_chunks' array for a list of texts. Without a segmenter, without the character offsets, which cost
+    time (encode_batch_fast); with one, the offsets say which tokens begin its words."""
+    if segment is None:
+        encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=add_special_tokens)
+        return np.fromiter(itertools.chain.from_iterable(encoding.ids for encoding in encodings), np.int64)[None]
+    encodings = tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
+    ids = np.fromiter(itertools.chain.from_iterable(encoding.ids for encoding in encodings), np.int64)
+    starts = [tokens_beginning_words(encoding.offsets, word_begins(text, segment(text)))
+              | np.array(encoding.special_tokens_mask, bool) for text, encoding in zip(texts, encodings)]
+    return np.stack([ids, np.concatenate(starts, dtype=np.int64) if starts else np.zeros(0, np.int64)])
 
 
-def long_text_ids(tokenizer, text):
+def long_text_ids(tokenizer, text, segment=None):
     """The token ids of a long text (str, or corpus.LongText, read back a chunk at a time), in arrays, tokenized in
     pieces of about MAX_PIECE_CHARS characters, each cut just before a space: a piece then begins as a word does
     after a space, and the pieces give the tokens of the whole text (tests/test_faults.py checks it); a text with no
     space for MAX_PIECE_CHARS characters is cut there, which may split a word's tokens. The special tokens the
-    tokenizer adds around a text (<s> and </s>) go around the whole."""
+    tokenizer adds around a text (<s> and </s>) go around the whole: token_chunks' arrays, with `segment` too,
+    where each piece is segmented on its own."""
     word = tokenizer.encode("a", add_special_tokens=False).ids
     wrapped = tokenizer.encode("a").ids
     start = next(i for i in range(len(wrapped)) if wrapped[i:i + len(word)] == word)
-    prefix, suffix = wrapped[:start], wrapped[start + len(word):]
+    rows = 1 if segment is None else 2  # The specials' word-start row: each begins a word.
+    prefix, suffix = (np.array([ids, [1] * len(ids)][:rows], np.int64).reshape(rows, -1)
+                      for ids in (wrapped[:start], wrapped[start + len(word):]))
     pieces = text_pieces(text.pieces() if isinstance(text, LongText) else [text])
-    yield np.array(prefix, np.int64)
+    yield prefix
     while group := list(itertools.islice(pieces, PIECES_PER_CALL)):
-        yield encode(tokenizer, group, add_special_tokens=False)
-    yield np.array(suffix, np.int64)
+        yield encode(tokenizer, group, segment, add_special_tokens=False)
+    yield suffix
 
 
 def text_pieces(chunks):
@@ -229,27 +245,34 @@ def masked_crc32c(data):
 
 
 class RecordSerializer:
-    """Turns samples of token ids into TFRecord-framed tf.train.Example records, as bytes ready to be written: the
-    varints of a batch at once with numpy; the bytes around them depend only on their size, computed once each."""
+    """Turns samples of token ids (and, with `word_starts`, where words begin: 0 or 1 per token) into TFRecord-framed
+    tf.train.Example records, as bytes ready to be written: the varints of a batch at once with numpy; the bytes
+    around them depend only on their size, computed once each."""
 
-    def __init__(self, max_length):
+    def __init__(self, max_length, word_starts=False):
         self.attention_mask_entry = int64_feature_entry_prefix("attention_mask", max_length) + b"\x01" * max_length
+        # Values of 0 and 1 take a byte each: the entry's size is known, only its bytes change.
+        self.word_starts_entry = int64_feature_entry_prefix("word_starts", max_length) if word_starts else b""
+        self.word_starts_size = len(self.word_starts_entry) + max_length if word_starts else 0
         self.prefixes = {}  # Size of a sample's input_ids varints -> the bytes of its record before them.
         self.length_headers = {}  # Size of a record -> its TFRecord length field and that field's CRC.
 
-    def __call__(self, samples):
+    def __call__(self, samples, word_starts=None):
         values, sizes = packed_varints(samples)
+        starts = None if word_starts is None else np.asarray(word_starts, np.uint8)
         records, start = [], 0
-        for end in np.cumsum(sizes).tolist():
+        for row, end in enumerate(np.cumsum(sizes).tolist()):
             record = self.prefix(end - start) + values[start:end]
+            if starts is not None:
+                record += self.word_starts_entry + starts[row].tobytes()
             records += [self.length_header(len(record)), record, struct.pack("<I", masked_crc32c(record))]
             start = end
         return b"".join(records)
 
     def prefix(self, values_size):
-        if values_size not in self.prefixes:  # Entries in key order: "attention_mask" before "input_ids".
+        if values_size not in self.prefixes:  # Entries in key order: "attention_mask", "input_ids", "word_starts".
             input_ids_entry = int64_feature_entry_prefix("input_ids", values_size)
-            features_size = len(self.attention_mask_entry) + len(input_ids_entry) + values_size
+            features_size = len(self.attention_mask_entry) + len(input_ids_entry) + values_size + self.word_starts_size
             self.prefixes[values_size] = field_header(1, features_size) + self.attention_mask_entry + input_ids_entry
         return self.prefixes[values_size]
 
@@ -270,22 +293,23 @@ class ShardWriter:
 
     CHUNK_SIZE = 1024  # Samples serialized at a time: bounds the serializer's memory whatever the batch size.
 
-    def __init__(self, split_dir, shard_size, max_length, part):
+    def __init__(self, split_dir, shard_size, max_length, part, word_starts=False):
         self.split_dir, self.shard_size, self.part = split_dir, shard_size, part
-        self.serialize = RecordSerializer(max_length)
+        self.serialize = RecordSerializer(max_length, word_starts)
         self.file, self.num_in_file, self.bytes_in_file = None, 0, 0  # The open shard.
         self.shards = []  # {"file", "num_samples", "num_bytes"} of every complete shard, in order.
 
-    def add(self, samples):
+    def add(self, samples, word_starts=None):
         while len(samples):
             if self.file is None:
                 self.file = open_file(os.path.join(self.split_dir, f"part-{self.part}-{len(self.shards)}.tfrecord.tmp"),
                                       "wb")
             count = min(len(samples), self.shard_size - self.num_in_file, self.CHUNK_SIZE)
-            records = self.serialize(samples[:count])
+            records = self.serialize(samples[:count], None if word_starts is None else word_starts[:count])
             self.file.write(records)
             self.num_in_file, self.bytes_in_file, samples = (self.num_in_file + count,
                                                              self.bytes_in_file + len(records), samples[count:])
+            word_starts = None if word_starts is None else word_starts[count:]
             if self.num_in_file == self.shard_size:
                 self.close()
 
@@ -300,29 +324,33 @@ class ShardWriter:
 def write_part(part, batches, tokenizer, vocab_size, split_dir, args, progress, keep=None):
     """Writes part number `part` of a split: tokenizes the texts of its `batches` that `keep` accepts (all without
     it; see corpus.holdout_side), concatenates the tokens, cuts them every max_length tokens, writes the samples (see
-    ShardWriter) and drops the tokens left at the end. Calls progress(texts, samples) after each batch. Returns what
-    finish_split needs."""
-    writer = ShardWriter(split_dir, args.shard_size, args.max_length, part)
-    leftover = np.zeros(0, dtype=np.int64)  # Tokens that do not fill a sample yet: they begin the next one.
+    ShardWriter) and drops the tokens left at the end; with --word_segmenter, where its words begin beside them
+    (token_chunks). Calls progress(texts, samples) after each batch. Returns what finish_split needs."""
+    # Loaded here, in the process (or Beam worker) that writes the part: a segmenter does not travel between them.
+    segment = load_word_segmenter(args.word_segmenter) if args.word_segmenter else None
+    writer = ShardWriter(split_dir, args.shard_size, args.max_length, part, word_starts=segment is not None)
+    rows = 1 if segment is None else 2  # The token ids, and where words begin.
+    leftover = np.zeros((rows, 0), dtype=np.int64)  # Tokens that do not fill a sample yet: they begin the next one.
     token_counts = np.zeros(vocab_size, dtype=np.int64)  # Of the tokens written, for run_mlm.py's baseline.
     num_texts = 0
     def tokens_of_batches():  # (texts finished, tokens): a long text's tokens come in several arrays.
         for texts in batches:
             if keep is not None:
                 texts = list(filter(keep, texts))
-            yield from ((0, tokens) for tokens in token_chunks(tokenizer, texts))
-            yield len(texts), np.zeros(0, dtype=np.int64)
+            yield from ((0, tokens) for tokens in token_chunks(tokenizer, texts, segment))
+            yield len(texts), np.zeros((rows, 0), dtype=np.int64)
 
     for batch_texts, tokens in in_background(tokens_of_batches()):
-        stream = np.concatenate([leftover, tokens])
-        num_samples = len(stream) // args.max_length
-        samples, leftover = np.split(stream, [num_samples * args.max_length])
-        writer.add(samples.reshape(num_samples, args.max_length))
-        token_counts += np.bincount(samples, minlength=vocab_size)
+        stream = np.concatenate([leftover, tokens], axis=1)
+        num_samples = stream.shape[1] // args.max_length
+        samples, leftover = np.split(stream, [num_samples * args.max_length], axis=1)
+        samples = samples.reshape(rows, num_samples, args.max_length)
+        writer.add(samples[0], samples[1] if segment is not None else None)
+        token_counts += np.bincount(samples[0].ravel(), minlength=vocab_size)
         num_texts += batch_texts
         progress(batch_texts, num_samples)
     writer.close()
-    return {"shards": writer.shards, "num_texts": num_texts, "dropped_tokens": len(leftover),
+    return {"shards": writer.shards, "num_texts": num_texts, "dropped_tokens": leftover.shape[1],
             "token_counts": token_counts}
 
 
@@ -358,7 +386,7 @@ def finish_split(split, split_dir, parts, token_counts, tokenizer, vocab_size, a
                         num_tokens=num_samples * args.max_length, dropped_tokens=dropped_tokens,
                         num_parts=len(parts), num_texts=num_texts, tokenizer=args.tokenizer_name_or_path,
                         vocab_size=vocab_size, vocabulary_fingerprint=vocabulary_fingerprint(tokenizer),
-                        shards=shards)
+                        shards=shards, word_segmenter=args.word_segmenter)
     with open_file(os.path.join(split_dir, TOKEN_COUNTS_NAME), "w") as f:
         json.dump(token_counts.tolist(), f)
     manifest_path = os.path.join(split_dir, MANIFEST_NAME)  # Last: a split with a manifest is complete.
@@ -489,6 +517,30 @@ def read_token_counts(files):
         return None
     with tf.io.gfile.GFile(path) as f:
         return json.load(f)
+
+
+def read_word_segmenter(files):
+    """The word segmenter whose word starts the records of the shard `files` hold (their manifest's
+    word_segmenter), or None: the records hold none, or the shards have no manifest (the original example's)."""
+    import tensorflow as tf
+
+    path = os.path.join(os.path.dirname(files[0]), MANIFEST_NAME)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path, "rb") as f:
+        return Manifest.from_json(f.read(), path).word_segmenter
+
+
+def shards_word_segmenter(train_files, eval_files):
+    """The word segmenter whose words the training shards hold, or None (read_word_segmenter); the evaluation shards
+    must hold the same, as one input pipeline reads both."""
+    train, evaluation = (read_word_segmenter(files) if files else None for files in (train_files, eval_files))
+    if eval_files and evaluation != train:
+        raise UserError(f"the training shards ({os.path.dirname(train_files[0])}) hold the words of "
+                        f"{train or 'no word segmenter'}, the evaluation shards ({os.path.dirname(eval_files[0])}) "
+                        f"those of {evaluation or 'none'}: write both with the same --word_segmenter (in one "
+                        "prepare_tfrecord_shards.py command).")
+    return train
 
 
 @contextlib.contextmanager

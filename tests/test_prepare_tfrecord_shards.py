@@ -58,6 +58,7 @@ def test_samples_are_the_concatenated_tokens_cut_every_max_length(shards_dir, to
         "tokenizer": str(tokenizer_dir), "vocab_size": 1000, "shards": manifest["shards"],
         # What run_mlm.py computes from its AutoTokenizer: the same value as from the Tokenizer written with.
         "vocabulary_fingerprint": vocabulary_fingerprint(tokenizer.backend_tokenizer),
+        "word_segmenter": None,  # No --word_segmenter: the records hold no word starts.
     }
 
 
@@ -137,27 +138,31 @@ EDGE_IDS = [0, 1, 127, 128, 255, 16383, 16384, 250_000, 2**21 - 1, 2**21, 2**31 
 
 
 @pytest.mark.fast
-def test_records_are_byte_for_byte_those_of_tensorflow(tmp_path):
+@pytest.mark.parametrize("with_word_starts", [False, True])
+def test_records_are_byte_for_byte_those_of_tensorflow(tmp_path, with_word_starts):
     from shards import RecordSerializer
 
     max_length = len(EDGE_IDS)
     rng = np.random.default_rng(0)
     samples = np.stack([EDGE_IDS, EDGE_IDS[::-1], rng.integers(0, 250_001, max_length),
                         rng.integers(0, 128, max_length), np.full(max_length, 2**63 - 1)])
+    word_starts = rng.integers(0, 2, samples.shape) if with_word_starts else None  # --word_segmenter's feature.
     path = tmp_path / "expected.tfrecord"
     with tf.io.TFRecordWriter(str(path)) as writer:
-        for input_ids in samples:
-            example = tf.train.Example(features=tf.train.Features(feature={
-                "input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=input_ids)),
-                "attention_mask": tf.train.Feature(int64_list=tf.train.Int64List(value=[1] * max_length)),
-            }))
+        for row, input_ids in enumerate(samples):
+            features = {"input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=input_ids)),
+                        "attention_mask": tf.train.Feature(int64_list=tf.train.Int64List(value=[1] * max_length))}
+            if with_word_starts:
+                features["word_starts"] = tf.train.Feature(int64_list=tf.train.Int64List(value=word_starts[row]))
+            example = tf.train.Example(features=tf.train.Features(feature=features))
             # Deterministic: map entries in key order. The plain call orders them by a hash seeded anew in every
             # process, so two runs of TensorFlow itself need not agree byte for byte.
             writer.write(example.SerializeToString(deterministic=True))
-    assert RecordSerializer(max_length)(samples) == path.read_bytes()
+    assert RecordSerializer(max_length, with_word_starts)(samples, word_starts) == path.read_bytes()
     # One sample at a time, and the batch of all five, give the same bytes.
-    serialize = RecordSerializer(max_length)
-    assert b"".join(serialize(samples[i:i + 1]) for i in range(len(samples))) == path.read_bytes()
+    serialize = RecordSerializer(max_length, with_word_starts)
+    assert b"".join(serialize(samples[i:i + 1], None if word_starts is None else word_starts[i:i + 1])
+                    for i in range(len(samples))) == path.read_bytes()
 
 
 @pytest.mark.fast
