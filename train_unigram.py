@@ -22,7 +22,7 @@ Text comes back as typed: decode(encode(text)) gives the text after NFKC normali
 (full-width Latin "ＡＢＣ" is "ABC", half-width katakana "ｶﾅ" is "カナ"), but with Chinese and Japanese full-width
 punctuation ("，", "？") kept, and Thai's and Lao's AM vowel "ำ" and "ຳ" kept whole (NFKC alone splits them in two).
 
-Every character of the corpus gets a token by default, as the English default has always had. A corpus of many
+By default every character of the corpus gets a token (the setting of the figures in benchmarks/). A corpus of many
 distinct characters (Chinese, Japanese) may need more than the vocabulary holds: --character_coverage 0.9995 gives
 tokens to the characters of all but the rarest 0.05 % of the text, and --byte_fallback spells the others, and any
 character unseen in training, in UTF-8 byte tokens <0x00> to <0xFF> (256 of the vocabulary) instead of <unk>, so
@@ -74,7 +74,7 @@ DEFAULT_SEED = 42
 # different, so joining them would change the other one's text: they stay as NFKC leaves them.)
 JOINED_AFTER_NFKC = {"\u0e4d\u0e32": "\u0e33", "\u0ecd\u0eb2": "\u0eb3"}
 # NFKC also makes Chinese and Japanese punctuation, full-width by their typography, the ASCII marks of Latin text
-# ("，" ","), which a Chinese reader would see as a typo. These marks are kept: each stands in for NFKC as a
+# ("，" becomes ","), which a Chinese reader would see as a typo. These marks are kept: each stands in for NFKC as a
 # noncharacter (U+FDD0 on), which Unicode reserves for a program's own use, so that no text holds one.
 KEPT_FROM_NFKC = "，！？：；（）～"
 # SentencePiece's byte_fallback adds a token for each byte value, after the special tokens.
@@ -112,9 +112,10 @@ def parse_args():
     characters = parser.add_argument_group(
         "characters (for a corpus of many distinct characters, such as Chinese or Japanese: "
         "--character_coverage 0.9995 --byte_fallback)")
-    characters.add_argument("--character_coverage", type=coverage, default=1.0,
-                            help="Share of the corpus's characters, counted with repeats, whose characters each get a "
-                                 "token; the rarest of the rest get none (default: %(default)s, every character).")
+    characters.add_argument("--character_coverage", type=coverage, default=1.0, metavar="SHARE",
+                            help="The most frequent characters, as many as make this share of the text, get a token "
+                                 "each; the rarer ones get none and are <unk>, or bytes with --byte_fallback "
+                                 "(default: %(default)s, every character gets a token).")
     characters.add_argument("--byte_fallback", action="store_true",
                             help="Spell characters without a token, rare or unseen in training, in UTF-8 byte tokens "
                                  "(256 of the vocabulary) instead of <unk>, so that they come back as typed.")
@@ -158,9 +159,9 @@ MAX_CHUNK_CHARS = 4096
 
 def build_tokenizer(vocab=None, byte_fallback=False):
     """A Unigram tokenizer (untrained without `vocab`, a list of (piece, log probability) with the special tokens
-    first): NFKC normalization (but KEPT_FROM_NFKC and JOINED_AFTER_NFKC), spaces at the ends dropped and runs of spaces made one, as
-    SentencePiece trains on them (a trailing space would otherwise become a token "▁"), and "▁" marking where words
-    begin (Metaspace). With `byte_fallback`, a character without a token is encoded as the byte tokens of its UTF-8
+    first): NFKC normalization (but for KEPT_FROM_NFKC and JOINED_AFTER_NFKC), spaces at the ends dropped and runs
+    of spaces made one, as SentencePiece trains on them (a trailing space would otherwise become a token "▁"), and
+    "▁" marking where words begin (Metaspace). With `byte_fallback`, a character without a token is encoded as the byte tokens of its UTF-8
     bytes ("中" as <0xE4> <0xB8> <0xAD>), which decoding turns back into the character."""
     tokenizer = Tokenizer(models.Unigram(vocab, unk_id=UNK_ID if vocab else None, byte_fallback=byte_fallback))
     stand_ins = {mark: chr(0xFDD0 + i) for i, mark in enumerate(KEPT_FROM_NFKC)}
