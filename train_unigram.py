@@ -18,12 +18,24 @@ The special tokens follow RoBERTa's layout, so that a RobertaConfig, the masking
     id 3  <unk>   unknown (the Unigram model's fallback; WikiText's literal "<unk>" maps to it too)
     id 4  <mask>  the token that masked language modelling hides words behind (mask_token)
 
+Text comes back as typed: decode(encode(text)) gives the text after NFKC normalization, the one its users expect
+(full-width Latin "ＡＢＣ" is "ABC", half-width katakana "ｶﾅ" is "カナ"), but with Chinese and Japanese full-width
+punctuation ("，", "？") kept, and Thai's and Lao's AM vowel "ำ" and "ຳ" kept whole (NFKC alone splits them in two).
+
+By default every character of the corpus gets a token (the setting of the figures in benchmarks/). A corpus of many
+distinct characters (Chinese, Japanese) may need more than the vocabulary holds: --character_coverage 0.9995 gives
+tokens to the characters of all but the rarest 0.05 % of the text, and --byte_fallback spells the others, and any
+character unseen in training, in UTF-8 byte tokens <0x00> to <0xFF> (256 of the vocabulary) instead of <unk>, so
+that they still come back as typed. Where the characters still do not fit, the script says how many there are and
+what to pass.
+
 Why SentencePiece's trainer, not 🤗 Tokenizers' UnigramTrainer: the latter counts substrings over the distinct
 words, each once, so a frequent word that starts no other one ("and", ",") never becomes a token ("▁and") and costs
 two, "▁" + word. SentencePiece counts them in the text itself (benchmarks/tokenizer_quality.py compares the two).
 
-Example:
+Examples:
     python train_unigram.py --train_file data/train.txt --vocab_size 8000 --output_dir unigram-tokenizer
+    python train_unigram.py --train_file data/zh.txt --vocab_size 16000 --character_coverage 0.9995 --byte_fallback
 """
 
 import argparse
@@ -33,6 +45,7 @@ import logging
 import math
 import os
 import random
+import re
 import sys
 import time
 
@@ -53,6 +66,19 @@ SPECIAL_TOKENS = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>",
                   "mask_token": AddedToken("<mask>", lstrip=True, special=True)}
 UNK_ID = 3
 DEFAULT_SEED = 42
+# NFKC makes one text of what users type in several ways (full-width and half-width forms, ligatures, no-break
+# spaces), but it splits Thai's SARA AM "ำ" into NIKHAHIT + SARA AA "ํา", and Lao's AM "ຳ" likewise: a Thai text
+# would decode with the two letters where its writer typed one. They are joined again after NFKC. The two spellings
+# look the same, so a text typed with the pair comes back with the one letter, which is what Thai and Lao text holds.
+# (NFKC also splits Lao's HO NO "ໜ" and HO MO "ໝ" into "ຫນ" and "ຫມ"; both of those spellings are in use and look
+# different, so joining them would change the other one's text: they stay as NFKC leaves them.)
+JOINED_AFTER_NFKC = {"\u0e4d\u0e32": "\u0e33", "\u0ecd\u0eb2": "\u0eb3"}
+# NFKC also makes Chinese and Japanese punctuation, full-width by their typography, the ASCII marks of Latin text
+# ("，" becomes ","), which a Chinese reader would see as a typo. These marks are kept: each stands in for NFKC as a
+# noncharacter (U+FDD0 on), which Unicode reserves for a program's own use, so that no text holds one.
+KEPT_FROM_NFKC = "，！？：；（）～"
+# SentencePiece's byte_fallback adds a token for each byte value, after the special tokens.
+NUM_BYTE_TOKENS = 256
 
 
 def vocabulary_size(text):
@@ -61,6 +87,14 @@ def vocabulary_size(text):
     if size <= len(SPECIAL_TOKENS):
         raise argparse.ArgumentTypeError(f"must be larger than the {len(SPECIAL_TOKENS)} special tokens, got {size}")
     return size
+
+
+def coverage(text):
+    """An argparse type: a share of the corpus's characters, above 0 and at most 1."""
+    share = float(text)
+    if not 0 < share <= 1:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got {text}")
+    return share
 
 
 def parse_args():
@@ -75,6 +109,16 @@ def parse_args():
                            "they are.")
     parser.add_argument("--vocab_size", type=vocabulary_size, default=10_000,
                         help="Size of the vocabulary, special tokens included (default: %(default)s).")
+    characters = parser.add_argument_group(
+        "characters (for a corpus of many distinct characters, such as Chinese or Japanese: "
+        "--character_coverage 0.9995 --byte_fallback)")
+    characters.add_argument("--character_coverage", type=coverage, default=1.0, metavar="SHARE",
+                            help="The most frequent characters, as many as make this share of the text, get a token "
+                                 "each; the rarer ones get none and are <unk>, or bytes with --byte_fallback "
+                                 "(default: %(default)s, every character gets a token).")
+    characters.add_argument("--byte_fallback", action="store_true",
+                            help="Spell characters without a token, rare or unseen in training, in UTF-8 byte tokens "
+                                 "(256 of the vocabulary) instead of <unk>, so that they come back as typed.")
     sampling = parser.add_argument_group(
         "sampling (SentencePiece holds what it trains on in memory: about 20 bytes per byte of text)")
     sampling.add_argument("--sample_size", type=positive_int,
@@ -113,15 +157,24 @@ def parse_args():
 MAX_CHUNK_CHARS = 4096
 
 
-def build_tokenizer(vocab=None):
+def build_tokenizer(vocab=None, byte_fallback=False):
     """A Unigram tokenizer (untrained without `vocab`, a list of (piece, log probability) with the special tokens
-    first): NFKC normalization, spaces at the ends dropped and runs of spaces made one, as SentencePiece trains on
-    them (a trailing space would otherwise become a token "▁"), and "▁" marking where words begin (Metaspace)."""
-    tokenizer = Tokenizer(models.Unigram(vocab, unk_id=UNK_ID if vocab else None))
-    tokenizer.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Strip(),
-                                                 normalizers.Replace(Regex(" {2,}"), " ")])
+    first): NFKC normalization (but for KEPT_FROM_NFKC and JOINED_AFTER_NFKC), spaces at the ends dropped and runs
+    of spaces made one, as SentencePiece trains on them (a trailing space would otherwise become a token "▁"), and
+    "▁" marking where words begin (Metaspace). With `byte_fallback`, a character without a token is encoded as the byte tokens of its UTF-8
+    bytes ("中" as <0xE4> <0xB8> <0xAD>), which decoding turns back into the character."""
+    tokenizer = Tokenizer(models.Unigram(vocab, unk_id=UNK_ID if vocab else None, byte_fallback=byte_fallback))
+    stand_ins = {mark: chr(0xFDD0 + i) for i, mark in enumerate(KEPT_FROM_NFKC)}
+    tokenizer.normalizer = normalizers.Sequence(
+        [normalizers.Replace(mark, stand_in) for mark, stand_in in stand_ins.items()] + [normalizers.NFKC()]
+        + [normalizers.Replace(stand_in, mark) for mark, stand_in in stand_ins.items()]
+        + [normalizers.Replace(split, joined) for split, joined in JOINED_AFTER_NFKC.items()]
+        + [normalizers.Strip(), normalizers.Replace(Regex(" {2,}"), " ")])
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
-    tokenizer.decoder = decoders.Metaspace()
+    # Byte tokens are joined into their characters before "▁" becomes a space. Only with byte fallback: otherwise a
+    # piece learned from text that spells "<0x41>" would decode as "A".
+    tokenizer.decoder = (decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace()]) if byte_fallback
+                         else decoders.Metaspace())
     return tokenizer
 
 
@@ -139,30 +192,60 @@ def sentencepiece_chunks(texts, normalizer):
             yield text
 
 
-def train_sentencepiece(texts, vocab_size, normalizer):
+def train_sentencepiece(texts, vocab_size, normalizer, character_coverage=1.0, byte_fallback=False):
     """Trains a Unigram model with SentencePiece on an iterable of texts, normalized first by `normalizer`; returns
-    the serialized model, with the special tokens of SPECIAL_TOKENS at ids 0 to 4. SentencePiece keeps every text
-    in memory: to bound it, pass a sample (reservoir_sample)."""
+    the serialized model, with the special tokens of SPECIAL_TOKENS at ids 0 to 4 (and with `byte_fallback`, the
+    byte tokens <0x00> to <0xFF> after them). The characters of a share `character_coverage` of the text get a
+    token each. SentencePiece keeps every text in memory: to bound it, pass a sample (reservoir_sample). Raises
+    UserError when those characters alone need more than `vocab_size` tokens."""
     bos, pad, eos, unk, mask = (str(token) for token in SPECIAL_TOKENS.values())
     model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=sentencepiece_chunks(texts, normalizer), model_writer=model,
-        model_type="unigram", vocab_size=vocab_size,
-        # The special tokens at the ids of the module docstring; <mask> is a control symbol: never in a piece.
-        bos_id=0, pad_id=1, eos_id=2, unk_id=UNK_ID, bos_piece=bos, pad_piece=pad, eos_piece=eos, unk_piece=unk,
-        control_symbols=[mask],
-        # The texts come normalized by the 🤗 normalizer, the one that runs at encoding time: no second one.
-        normalization_rule_name="identity", remove_extra_whitespaces=False,
-        # Every character of the corpus gets a token (the default, 0.9995, leaves the rarest ones to <unk>).
-        character_coverage=1.0,
-        # Every chunk is loaded: reservoir_sample samples texts, with a seed (SentencePiece's input_sentence_size
-        # would count chunks, with a fixed seed).
-        max_sentence_length=4 * MAX_CHUNK_CHARS, input_sentence_size=0,
-        # A corpus too small for vocab_size gives fewer pieces, which main() reports; the hard limit would fail
-        # with a C++ error instead.
-        hard_vocab_limit=False,
-        num_threads=os.cpu_count(), minloglevel=1)
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=sentencepiece_chunks(texts, normalizer), model_writer=model,
+            model_type="unigram", vocab_size=vocab_size,
+            # The special tokens at the ids of the module docstring; <mask> is a control symbol: never in a piece.
+            bos_id=0, pad_id=1, eos_id=2, unk_id=UNK_ID, bos_piece=bos, pad_piece=pad, eos_piece=eos, unk_piece=unk,
+            control_symbols=[mask],
+            # The texts come normalized by the 🤗 normalizer, the one that runs at encoding time: no second one.
+            normalization_rule_name="identity", remove_extra_whitespaces=False,
+            # 1.0 by default (SentencePiece's, 0.9995, would leave the rarest characters to <unk>).
+            character_coverage=character_coverage, byte_fallback=byte_fallback,
+            # Every chunk is loaded: reservoir_sample samples texts, with a seed (SentencePiece's input_sentence_size
+            # would count chunks, with a fixed seed).
+            max_sentence_length=4 * MAX_CHUNK_CHARS, input_sentence_size=0,
+            # A corpus too small for vocab_size gives fewer pieces, which main() reports; the hard limit would fail
+            # with a C++ error instead.
+            hard_vocab_limit=False,
+            num_threads=os.cpu_count(), minloglevel=1)
+    except RuntimeError as error:
+        # SentencePiece stops with "Vocabulary size is smaller than required_chars. 4000 vs 5006. ...", counting the
+        # special and byte tokens in the second number.
+        too_many = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(error))
+        if not too_many:
+            raise
+        raise UserError(too_many_characters_message(int(too_many.group(1)), vocab_size, character_coverage,
+                                                    byte_fallback)) from None
     return model.getvalue()
+
+
+def too_many_characters_message(tokens_needed, vocab_size, character_coverage, byte_fallback):
+    """What to do when the characters that must each get a token, with the special and byte tokens, need
+    `tokens_needed` tokens, more than `vocab_size`."""
+    fixed_tokens = len(SPECIAL_TOKENS) + (NUM_BYTE_TOKENS if byte_fallback else 0)
+    if character_coverage == 1:
+        fewer_characters = ("--character_coverage 0.9995 (SentencePiece's choice for Chinese and Japanese: the "
+                            "characters of the rarest 0.05 % of the text get no token of their own; lower it to "
+                            "0.999 or 0.995 if they are still too many)")
+    else:
+        fewer_characters = (f"a --character_coverage below {character_coverage:g} (more of the rarest characters "
+                            "then get no token of their own)")
+    spelled_in_bytes = "" if byte_fallback else " and --byte_fallback (so that those are spelled in bytes, not <unk>)"
+    return (f"the corpus has more distinct characters than a vocabulary of {vocab_size} tokens can hold: at "
+            f"--character_coverage {character_coverage:g}, {tokens_needed - fixed_tokens} characters need a token "
+            f"each, {tokens_needed} tokens with the {fixed_tokens} special{' and byte' if byte_fallback else ''} "
+            f"tokens. Nothing was saved. Pass {fewer_characters}{spelled_in_bytes}, or --vocab_size {tokens_needed} "
+            "or more.")
 
 
 def tokenizer_from_sentencepiece(model):
@@ -172,7 +255,10 @@ def tokenizer_from_sentencepiece(model):
     vocab = [(processor.id_to_piece(i), processor.get_score(i)) for i in range(processor.get_piece_size())]
     names = [str(token) for token in SPECIAL_TOKENS.values()]
     assert [piece for piece, _ in vocab[:len(names)]] == names, vocab[:len(names)]
-    tokenizer = build_tokenizer(vocab)
+    # A model trained with byte fallback has byte tokens, after the special tokens. (A text that spells one, such as
+    # "<0x41>", is read as that token by the 🤗 Unigram model, as by every converted SentencePiece model that has
+    # them; SentencePiece itself would spell it out.)
+    tokenizer = build_tokenizer(vocab, byte_fallback=processor.is_byte(len(names)))
     # The special tokens keep their ids (they are in the vocabulary already) and are matched before the model runs.
     tokenizer.add_special_tokens(list(SPECIAL_TOKENS.values()))
     bos, eos = SPECIAL_TOKENS["bos_token"], SPECIAL_TOKENS["eos_token"]
@@ -182,9 +268,11 @@ def tokenizer_from_sentencepiece(model):
     return tokenizer
 
 
-def train_tokenizer(texts, vocab_size):
-    """Trains a Unigram model with SentencePiece on an iterable of texts; returns it as a 🤗 `Tokenizer`."""
-    return tokenizer_from_sentencepiece(train_sentencepiece(texts, vocab_size, build_tokenizer().normalizer))
+def train_tokenizer(texts, vocab_size, character_coverage=1.0, byte_fallback=False):
+    """Trains a Unigram model with SentencePiece on an iterable of texts; returns it as a 🤗 `Tokenizer`
+    (train_sentencepiece says what the arguments do)."""
+    return tokenizer_from_sentencepiece(train_sentencepiece(texts, vocab_size, build_tokenizer().normalizer,
+                                                            character_coverage, byte_fallback))
 
 
 def reservoir_sample(batches, size, seed):
@@ -280,7 +368,7 @@ def main(args):
 
     logger.info("Training a Unigram model of %d tokens with SentencePiece", args.vocab_size)
     try:
-        tokenizer = train_tokenizer(texts(), args.vocab_size)
+        tokenizer = train_tokenizer(texts(), args.vocab_size, args.character_coverage, args.byte_fallback)
     except RuntimeError:  # SentencePiece raises an error of the texts' reading (bad input) as its own RuntimeError.
         if read_errors:
             raise read_errors[0] from None

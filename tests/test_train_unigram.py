@@ -4,6 +4,7 @@ import collections
 import itertools
 import json
 import math
+import random
 import re
 import sys
 
@@ -309,6 +310,8 @@ def test_sample_size_draws_from_the_first_limit_records_of_json_lines(tmp_path):
     (["--sample_size", "10", "--seed", "-1"], "--seed must be 0 or more, got -1."),
     (["--limit", "0"], "argument --limit: must be a positive number, got 0"),
     (["--batch_size", "-1"], "argument --batch_size: must be a positive number, got -1"),
+    (["--character_coverage", "0"], "argument --character_coverage: must be above 0 and at most 1, got 0"),
+    (["--character_coverage", "1.5"], "argument --character_coverage: must be above 0 and at most 1, got 1.5"),
 ])
 def test_bad_sampling_values_are_refused_clearly(argv, message, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["train_unigram.py", *argv])
@@ -316,3 +319,127 @@ def test_bad_sampling_values_are_refused_clearly(argv, message, monkeypatch, cap
         train_unigram.parse_args()
     assert exit_info.value.code == 2
     assert f"train_unigram.py: error: {message}" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Every script's text: as typed, after only the normalization its users expect, and many distinct characters
+
+
+# A few ordinary sentences per language, written for these tests: the training texts, then a held-out one. Thai
+# and Lao hold their AM vowels "ำ" and "ຳ", Turkish its dotted and dotless I, the emoji a skin tone, a ZWJ family
+# and a flag.
+LANGUAGES = {
+    "Chinese (simplified)": (["今天天气很好，我们去公园散步吧。", "这本书讲的是一个小村庄的故事。",
+                              "他每天早上六点起床，然后喝一杯茶。"], "明年我想去北京学习中文。"),
+    "Chinese (traditional)": (["這座城市的夜景非常漂亮。", "我們應該多讀書，少看電視。", "圖書館裡有很多舊報紙。"],
+                              "請問火車站怎麼走？"),
+    "Japanese": (["東京は日本の首都です。", "昨日、友達と一緒に映画を見ました。", "このパソコンはとても速いです。"],
+                 "猫が窓の外を静かに見ている。"),
+    "Korean": (["오늘은 날씨가 정말 좋네요.", "저는 매일 아침 커피를 마십니다.", "한국어는 배우기 재미있는 언어입니다."],
+               "주말에 가족과 함께 바다에 갔어요."),
+    "Thai": (["วันนี้อากาศดีมาก เราไปเดินเล่นที่สวนกันเถอะ", "ฉันชอบดื่มน้ำเย็นตอนบ่าย",
+              "เขาทำงานที่โรงพยาบาลในกรุงเทพ"],
+             "แม่กำลังทำอาหารในครัว"),
+    "Lao": (["ຂ້ອຍມັກດື່ມນ້ຳເຢັນ", "ແມ່ນ້ຳຂອງຍາວຫຼາຍ"], "ນ້ຳຂອງໄຫຼຜ່ານວຽງຈັນ"),
+    "Arabic": (["ذهبت إلى السوق صباح اليوم.", "هذا الكتاب مفيد جدا للطلاب.", "تعيش عائلتي في مدينة صغيرة."],
+               "أحب قراءة الشعر في المساء."),
+    "Hindi": (["आज मौसम बहुत अच्छा है।", "मेरा भाई दिल्ली में काम करता है।", "हम शाम को चाय पीते हैं।"],
+              "बच्चे बगीचे में खेल रहे हैं।"),
+    "Russian": (["Сегодня мы гуляли в парке.", "Моя сестра читает интересную книгу.", "Зимой в Москве очень холодно."],
+                "Ёжик нашёл в лесу большой гриб."),
+    "Turkish": (["İstanbul çok güzel bir şehir.", "Kırmızı ışıkta durmak gerekir.",
+                 "Dün akşam arkadaşlarımla yemek yedik."],
+                "Iğdır'dan İzmir'e uzun bir yolculuk."),
+    "emoji": (["Great job 👍🏽 see you soon 👋", "👨‍👩‍👧 family picnic ❤️", "🇯🇵 trip ✈️ tomorrow"],
+              "🐱 cat 🍣 sushi 🧑🏿‍💻"),
+}
+# Texts that NFKC changes as their users expect: full-width Latin letters and digits to ASCII, half-width katakana
+# to full-width; full-width punctuation stays.
+NORMALIZED = {"ＡＢＣ社のｶﾀﾛｸﾞを見た（１０月）！": "ABC社のカタログを見た（10月）！"}
+# The share of the held-out text's tokens that are <unk> for the tokenizer trained without byte fallback, as
+# measured: the characters it never saw (a run of them is one <unk>; held-out Chinese is mostly new characters).
+UNKNOWN_SHARE_AT_MOST = {"Chinese (simplified)": 0.45, "Chinese (traditional)": 0.5, "Japanese": 0.34, "Korean": 0.39,
+                         "Thai": 0.14, "Lao": 0.2, "Arabic": 0.14, "Hindi": 0.07, "Russian": 0.18, "Turkish": 0.1,
+                         "emoji": 0.24}
+
+
+def round_trip(tokenizer, text):
+    return tokenizer.decode(tokenizer.encode(text).ids, skip_special_tokens=True)
+
+
+def unknown_share(tokenizer, text):
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    return ids.count(train_unigram.UNK_ID) / len(ids)
+
+
+@pytest.fixture(scope="module")
+def training_texts():
+    return [text for texts, _ in LANGUAGES.values() for text in texts] + list(NORMALIZED)
+
+
+@pytest.mark.fast
+def test_every_script_comes_back_as_typed(training_texts):
+    tokenizer = train_tokenizer(training_texts, 400)
+    for texts, _ in LANGUAGES.values():
+        for text in texts:
+            assert round_trip(tokenizer, text) == text
+    for text, normalized in NORMALIZED.items():
+        assert round_trip(tokenizer, text) == normalized
+    # NFKC alone would give NIKHAHIT + SARA AA (U+0E4D U+0E32) for SARA AM, and the Lao pair likewise.
+    assert "\u0e33" in round_trip(tokenizer, "น้ำ") and "\u0eb3" in round_trip(tokenizer, "ນ້ຳ")
+    for language, (_, held_out) in LANGUAGES.items():
+        assert unknown_share(tokenizer, held_out) <= UNKNOWN_SHARE_AT_MOST[language], language
+
+
+@pytest.mark.fast
+def test_byte_fallback_gives_back_characters_unseen_in_training(training_texts):
+    tokenizer = train_tokenizer(training_texts, 700, byte_fallback=True)
+    assert tokenizer.token_to_id("<0x00>") == 5 and tokenizer.token_to_id("<0xFF>") == 260
+    for language, (_, held_out) in LANGUAGES.items():
+        assert round_trip(tokenizer, held_out) == held_out, language
+        assert unknown_share(tokenizer, held_out) == 0, language
+    # masked_lm.word_start_table finds where words begin by the Metaspace in the decoder.
+    assert '"Metaspace"' in json.dumps(json.loads(tokenizer.to_str())["decoder"])
+
+
+def chinese_corpus(num_characters):
+    """Lines of `num_characters` distinct CJK ideographs (from U+4E00), the one of rank r about 100,000 / r ** 1.5
+    times, at least once: a steep skew, as in Chinese text, where a few thousand characters make most of it."""
+    characters = [chr(0x4E00 + i) for i in range(num_characters)]
+    stream = [character for rank, character in enumerate(characters, 1)
+              for _ in range(max(1, int(100_000 / rank ** 1.5)))]
+    random.Random(0).shuffle(stream)
+    return characters, ["".join(stream[i:i + 50]) for i in range(0, len(stream), 50)]
+
+
+def test_more_distinct_characters_than_the_vocabulary_train_with_byte_fallback(tmp_path):
+    characters, lines = chinese_corpus(5000)
+    (tmp_path / "zh.txt").write_text("\n".join(lines), encoding="utf-8")
+    run_main("train_unigram.py", "--train_file", tmp_path / "zh.txt", "--vocab_size", 4000,
+             "--character_coverage", 0.99, "--byte_fallback", "--output_dir", tmp_path / "out")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "out")
+    assert len(tokenizer) == 4000
+    rarest = characters[-1]  # Seen once in training: no token of its own, spelled in its 3 UTF-8 bytes.
+    text = f"一{rarest}丁"
+    assert tokenizer.tokenize(text)[1:4] == [f"<0x{byte:02X}>" for byte in rarest.encode()]
+    assert tokenizer.decode(tokenizer(text).input_ids, skip_special_tokens=True) == text
+
+
+@pytest.mark.fast
+def test_more_distinct_characters_than_the_vocabulary_fail_with_the_flags_to_pass(tmp_path):
+    (tmp_path / "zh.txt").write_text("\n".join(chinese_corpus(5000)[1]), encoding="utf-8")
+    result = run_main("train_unigram.py", "--train_file", tmp_path / "zh.txt", "--vocab_size", 4000,
+                      "--output_dir", tmp_path / "out", expect_failure=True)
+    # 5,000 ideographs and "▁", where the text begins.
+    assert "error: the corpus has more distinct characters than a vocabulary of 4000 tokens can hold: at " \
+           "--character_coverage 1, 5001 characters need a token each, 5006 tokens with the 5 special tokens. " \
+           "Nothing was saved. Pass --character_coverage 0.9995" in result.stderr
+    assert "--byte_fallback" in result.stderr and "or --vocab_size 5006 or more" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
+    # With byte fallback, the 256 byte tokens count too; the coverage is what to lower.
+    result = run_main("train_unigram.py", "--train_file", tmp_path / "zh.txt", "--vocab_size", 4000,
+                      "--character_coverage", 0.9995, "--byte_fallback", "--output_dir", tmp_path / "out",
+                      expect_failure=True)
+    assert re.search(r"at --character_coverage 0\.9995, \d+ characters need a token each, \d+ tokens with the 261 "
+                     r"special and byte tokens\. Nothing was saved\. Pass a --character_coverage below 0\.9995 ",
+                     result.stderr), result.stderr[-2000:]
