@@ -10,8 +10,11 @@ from --data_dir, the files of GLUE's download script, or else from the Hub (nyu-
 it: the same examples, metrics and predictions files, but that the Hub keeps STS-B's scores to float32's 7 digits);
 or CSV, TSV, JSON-lines or Parquet files (local or gs://), or a Hub dataset, with a text column, optionally a second
 text (--text_pair_column: sentence pairs), and a column of label names (or a ClassLabel), or of numbers
-(--regression: one output, squared error). Without validation data, a stratified --validation_split_percentage of the
-training data is held out.
+(--regression: one output, squared error). TSV files are read with quoting off, as GLUE and UER-py write them (a text
+may hold a lone double quote); every label is a class name as written (TNEWS's "108" too), unless --regression. Rows
+without a label, empty or --no_label_mark ("-": SNLI's and OCNLI's rows without an annotator majority), are left out
+and counted in a warning. Without validation data, a stratified --validation_split_percentage of the training data
+is held out.
 
 With --head_epochs, the new head first trains alone on the frozen encoder (at --head_learning_rate), then the whole
 model trains. Of the whole model's epochs, the weights of the one with the best validation score are kept: the mean
@@ -27,12 +30,15 @@ tasks and metrics in tasks.py; TensorFlow, and what imports it, is imported in t
 flags are parsed: --help and a mistyped flag answer at once.
 
 Examples (on a CPU, for the demo's small model): BANKING77 from local CSV files; GLUE's RTE from its folder
-(without --data_dir, from the Hub).
+(without --data_dir, from the Hub); CLUE's OCNLI, sentence pairs in JSON lines.
     python run_classification.py --model_name_or_path mlm-model --train_file banking77/train.csv \\
         --test_file banking77/test.csv --label_column category --learning_rate 1e-3 --num_epochs 4 \\
         --output_dir banking77-model --no_tpu
     python run_classification.py --model_name_or_path mlm-model --task_name rte --data_dir glue_data/RTE \\
         --max_length 128 --learning_rate 1e-3 --num_epochs 3 --output_dir rte-model --no_tpu
+    python run_classification.py --model_name_or_path chinese-mlm-model --train_file ocnli/train.json \\
+        --validation_file ocnli/dev.json --text_column sentence1 --text_pair_column sentence2 --max_length 128 \\
+        --learning_rate 1e-3 --num_epochs 3 --output_dir ocnli-model --no_tpu
 """
 
 import argparse
@@ -46,16 +52,17 @@ import numpy as np
 from devices import add_hardware_arguments, count_hosts, create_optimizer_state, set_up_training, strategy_name
 from models import (check_max_length, config_overrides, load_config, load_pretrained_model, load_tokenizer,
                     override_config, save_model_folder, write_model_card)
-from tasks import (GLUE_TASKS, encode, evaluation_metrics, label_names_of, load_splits, predictions_file,
-                   predictions_of, sample_per_label, score_predictions, stratified_split, task_name, task_of_flags,
-                   write_predictions)
+from tasks import (GLUE_TASKS, NO_LABEL_MARK, encode, evaluation_metrics, label_names_of, load_splits,
+                   predictions_file, predictions_of, sample_per_label, score_predictions, stratified_split, task_name,
+                   task_of_flags, write_predictions)
 from utils import (UserError, check_output_dir, finite_float, fraction, non_negative_float, non_negative_int,
                    positive_float, positive_int, save_folder)
 
 logger = logging.getLogger("run_classification")
 
-# The flags of the columns, which a GLUE task (--task_name) sets itself.
-COLUMN_FLAGS = {"text_column": "text", "text_pair_column": None, "label_column": "label", "regression": False}
+# The flags of the columns and labels, which a GLUE task (--task_name) sets itself.
+COLUMN_FLAGS = {"text_column": "text", "text_pair_column": None, "label_column": "label", "regression": False,
+                "no_label_mark": NO_LABEL_MARK}
 
 
 def percentage(text):
@@ -91,6 +98,10 @@ def parse_args(argv=None):
                            "encoded as the tokenizer's pair, the longer cut first (default: single texts).")
     data.add_argument("--label_column",
                       help="Column of label names (default: label; BANKING77's CSV files: category).")
+    data.add_argument("--no_label_mark",
+                      help="A label that means the row has none: such rows are left out, and counted in a warning, "
+                           f"as rows with an empty label are (default: {NO_LABEL_MARK}, SNLI's and OCNLI's mark of "
+                           f"no annotator majority; '' keeps {NO_LABEL_MARK} as a class of its own).")
     data.add_argument("--regression", action="store_true",
                       help="The labels are numbers to predict (a similarity score): one output, squared error.")
     data.add_argument("--validation_split_percentage", type=percentage, default=10,
