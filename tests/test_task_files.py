@@ -1,6 +1,6 @@
 """run_classification.py on the files of Chinese and Thai tasks as they come (/work/shared/data/README.md's
 "chinese/ and thai/"): UER-py's TSV (ChnSentiCorp, book_review), CLUE's JSON lines (TNEWS, OCNLI) and Wisesight
-Sentiment's, read through the flags a user passes.
+Sentiment's, read through the flags a user passes; and the warning that a tokenizer does not know the task's text.
 
 The files are written here, a few rows in each layout with the quirks of the real ones (a lone double quote in a TSV
 text, TNEWS's labels as codes in strings, OCNLI's rows labelled "-"), of texts written for these tests: OCNLI's rows
@@ -11,8 +11,9 @@ import logging
 
 import pytest
 
-from run_classification import parse_args, prepare_data
-from tasks import task_of_flags
+from helpers import REPO
+from run_classification import UNKNOWN_TOKEN_SHARE_WARNING, parse_args, prepare_data, unknown_token_share
+from tasks import encode, task_of_flags
 
 pytestmark = pytest.mark.fast
 
@@ -123,3 +124,36 @@ def test_wisesight_json_lines_keep_their_thai_texts(tmp_path):
     assert label_names == ["neg", "neu", "pos", "q"]
     assert splits["train"].texts == [record["texts"] for record in WISESIGHT]
     assert splits["train"].labels == [record["category"] for record in WISESIGHT]
+
+
+def unknown_share_of(tokenizer, examples):
+    """The share of <unk> among the tokens of the examples' texts, counted here from each text's own tokens."""
+    ids = [token_id for text in examples.texts for token_id in tokenizer(text, add_special_tokens=False)["input_ids"]]
+    return sum(token_id == tokenizer.unk_token_id for token_id in ids) / len(ids)
+
+
+def test_a_tokenizer_that_never_saw_the_tasks_script_is_warned_of(tokenizer_dir, tmp_path, caplog):
+    from transformers import AutoTokenizer
+
+    # The session's tokenizer, trained on English only (WikiText-2), on Chinese and Thai tasks and on BANKING77.
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    chinese = write_tsv(tmp_path / "chinese.tsv", CHNSENTICORP)
+    thai = write_json_lines(tmp_path / "thai.jsonl", WISESIGHT)
+    for path, flags, warned in ((chinese, ["--text_column", "text_a"], True),
+                                (thai, ["--text_column", "texts", "--label_column", "category"], True),
+                                (REPO / "tests" / "data" / "banking77" / "train.csv", ["--label_column", "category"],
+                                 False)):
+        label_names, splits = read("--train_file", path, "--validation_file", path, *flags)
+        features, _ = encode(tokenizer, splits["train"], label_names, max_length=128)  # No text is cut.
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="run_classification"):
+            share = unknown_token_share(tokenizer, features["input_ids"], "english-model")
+        assert share == pytest.approx(unknown_share_of(tokenizer, splits["train"]))
+        assert (share > UNKNOWN_TOKEN_SHARE_WARNING) == warned, (path, share)
+        if warned:
+            assert f"{100 * share:.1f} % of the training texts' tokens are <unk>" in caplog.text
+            assert "the tokenizer of 'english-model'" in caplog.text and "train_unigram.py" in caplog.text
+        else:
+            assert not caplog.text
+    tokenizer.unk_token = None  # As a byte-level tokenizer's, which encodes any text.
+    assert unknown_token_share(tokenizer, features["input_ids"], "english-model") is None
