@@ -29,6 +29,14 @@ logger = logging.getLogger("run_classification")
 NUM_WORST = 5  # How many of the worst classes and of the most confused label pairs the results list.
 
 
+# The label of a row that has none, in SNLI's convention that MultiNLI's and CLUE's OCNLI files follow: "-" where the
+# annotators agreed on no label. Such a row is left out as an empty label is, by default: kept, it would become a
+# class of its own that the model learns from a few dozen examples and that no published score counts (OCNLI's
+# 49 train and 50 dev rows). A data set whose classes include "-" says so with --no_label_mark "", which the warning
+# that counts the rows left out names.
+NO_LABEL_MARK = "-"
+
+
 @dataclasses.dataclass(frozen=True)
 class Task:
     """A classification or regression task: its columns, labels and metrics; for a GLUE task, its files too.
@@ -41,6 +49,7 @@ class Task:
     names of the columns of labelled files that have no header line (CoLA's). GLUE's copy on the Hub, where it
     differs from the files: `hub_columns`, its text, text pair and label columns; `hub_label_names`, the names of its
     classes, in the order of `label_names` (it stores class ids); `hub_splits`, (split, its split) pairs.
+    `no_label_mark`: a label that says a row has no label (NO_LABEL_MARK; "" for none but the empty label).
     """
     text_column: str
     label_column: str
@@ -54,6 +63,7 @@ class Task:
     hub_columns: tuple[str, str | None, str] | None = None
     hub_label_names: tuple[str, ...] | None = None
     hub_splits: tuple[tuple[str, str], ...] = ()
+    no_label_mark: str = NO_LABEL_MARK
 
 
 def glue_task(text_column, text_pair_column, label_column, label_names, metrics, submission, **fields):
@@ -109,7 +119,8 @@ def task_of_flags(args):
     if args.task_name:
         return GLUE_TASKS[args.task_name]
     return Task(args.text_column, args.label_column, args.text_pair_column, args.regression,
-                metrics=("pearson", "spearman") if args.regression else ("accuracy",))
+                metrics=("pearson", "spearman") if args.regression else ("accuracy",),
+                no_label_mark=args.no_label_mark)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -282,14 +293,22 @@ def examples_of(dataset, task, split, where, task_name=None):
         labels = [None if label is None else float(str(np.float32(label))) for label in labels]
     # A row without a label can be neither learned nor scored, but the labelled rest is good data: such rows are
     # left out, not refused. (As a string, a missing label would become a class "None" of its own.)
-    kept = [row for row, label in enumerate(labels)
-            if label is not None and label == label and str(label).strip()]  # A float NaN is != itself.
+    empty = [row for row, label in enumerate(labels)
+             if label is None or label != label or not str(label).strip()]  # A float NaN is != itself.
+    marked = [row for row, label in enumerate(labels) if task.no_label_mark and str(label) == task.no_label_mark]
+    kept = sorted(set(range(len(labels))) - set(empty) - set(marked))
     if not kept:
         raise UserError(f"{where} has no label in any of its {len(labels)} rows: its column {task.label_column!r} "
-                        "is empty. Check --label_column, or fill in the labels.")
-    if len(kept) < len(labels):
+                        f"is empty{f' or {task.no_label_mark!r} (no label)' if marked else ''}. Check "
+                        "--label_column, or fill in the labels.")
+    if empty:
         logger.warning("The %s data has %d row(s) of %d without a label (column %r empty): they are left out.",
-                       split, len(labels) - len(kept), len(labels), task.label_column)
+                       split, len(empty), len(labels), task.label_column)
+    if marked:
+        logger.warning("The %s data has %d row(s) of %d labelled %r, the mark of a row without a label (SNLI's "
+                       "and OCNLI's where the annotators agreed on none): they are left out. If %r is one of your "
+                       "classes, pass --no_label_mark ''.", split, len(marked), len(labels), task.no_label_mark,
+                       task.no_label_mark)
     examples = examples.subset(kept)
     examples.labels = [numeric_label(labels[row], row, where, task) if task.regression else str(labels[row])
                        for row in kept]
