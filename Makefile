@@ -40,7 +40,7 @@ $(VENV)/.installed-test: $(VENV)/.installed $(LOCKS)/requirements-test.txt
 # The demo pre-trains on WikiText-2 and on BANKING77's training queries without their labels (task-adaptive
 # pre-training: see the README's "What the demo shows"). The shards are written from text files: WikiText-2 from
 # DATA, else from the Hub (written out by the demo); the queries written out by the demo 10 times over, 40 % of the
-# samples (chosen on validation accuracy: benchmarks/README.md, "Fine-tuning: what pre-training buys on BANKING77").
+# samples (chosen on validation accuracy: benchmarks/fine_tuning.md).
 ifdef DATA
 TOKENIZER_DATA := --train_file $(DATA)/train.txt
 WIKITEXT := $(DATA)
@@ -66,7 +66,7 @@ BANKING77_TRAIN := "legacy-datasets/banking77"
 # The benchmarks run offline unless told otherwise; the demo's comparison reads BANKING77 from the Hub.
 ONLINE := HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0
 endif
-# The demo's recipe for a small model on two CPU cores, from benchmarks/README.md ("Pre-training recipes"): short
+# The demo's recipe for a small model on two CPU cores, from benchmarks/pretraining_recipes.md: short
 # samples, 40 % masking, no dropout, and (run_mlm.py's default) an output bias that starts at the token frequencies.
 DEMO_LENGTH := 32
 DEMO_MODEL := hidden_size=128,num_hidden_layers=2,num_attention_heads=2,intermediate_size=512,$\
@@ -106,7 +106,7 @@ glue-folder:
 glue: glue-folder $(VENV)/.installed
 	$(BIN)/python benchmarks/glue.py --glue_dir $(GLUE) --model "masked LM=$(OUT)/model" --output_dir $(OUT)/glue
 
-# The recipe for one CPU-hour (benchmarks/README.md, "One CPU-hour against BERT-Tiny" and "Sentence-pair objectives"):
+# The recipe for one CPU-hour (benchmarks/glue.md, "One CPU-hour against BERT-Tiny" and "Sentence-pair objectives"):
 # the demo's model sizes in BERT's architecture (BERT-Tiny's shape) with BERT's next-sentence prediction beside the
 # masked LM (issue #59: ahead of RoBERTa's masked LM alone, issue #49's recipe, by 5.3 and 5.8 points on two
 # pre-training seeds), pre-trained on WikiText-2 (or CORPUS, below) and on the five tasks' training texts without

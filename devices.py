@@ -47,7 +47,7 @@ def add_hardware_arguments(parser):
     # Both spellings of the negative flag: argparse's BooleanOptionalAction would only accept --no-jit_compile.
     hardware.add_argument("--jit_compile", action="store_true", default=None,
                           help="Compile each replica's forward and backward pass with XLA. Default: on with GPUs, "
-                               "off on a CPU, where XLA measured slower for these models (benchmarks/README.md); "
+                               "off on a CPU, where XLA measured slower for these models (benchmarks/speed.md); "
                                "pass it there to rehearse a TPU's compilation. TPUs compile everything with XLA, "
                                "whatever the flag.")
     hardware.add_argument("--no_jit_compile", "--no-jit_compile", dest="jit_compile", action="store_false",

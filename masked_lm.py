@@ -325,7 +325,7 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
         files = files.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
     # 32 shards read side by side, their records taken in turn: the same order in every run, so that --seed repeats
     # the batches (taken as they arrived, runs differed). A late read then holds the others back: over gs:// at 100 ms
-    # a read (1 % over 1 s), 8 shards at a time gave 15,203 samples/s, 32 gave 24,498 (benchmarks/README.md).
+    # a read (1 % over 1 s), 8 shards at a time gave 15,203 samples/s, 32 gave 24,498 (benchmarks/speed.md).
     records = files.interleave(tf.data.TFRecordDataset, cycle_length=32, num_parallel_calls=tf.data.AUTOTUNE,
                                deterministic=True)
     if training:
@@ -474,7 +474,7 @@ def open_with_summary(input_ids, seed, *, summary_token_id, starts=None, **maski
     """mask_tokens with <s> (`summary_token_id`) in place of each sample's first token, labelled with a token of the
     sample drawn at random (never a special one): through the LM head, <s>'s output learns to predict the sample's
     bag of words. Without it, a masked LM never trains <s>'s output, and pre-training leaves <s> attending to
-    itself, though <s> at the start is what a classification head reads (benchmarks/README.md, "what the
+    itself, though <s> at the start is what a classification head reads (benchmarks/glue.md, "What the
     classification head reads": this mends <s>'s features, not GLUE's fine-tuned scores). The other tokens are
     masked by mask_tokens, and <s> gets a predicted position of its own: K + 1 "masked_positions" for
     `max_predictions` K."""

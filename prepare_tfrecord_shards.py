@@ -227,7 +227,7 @@ def write_split(split, batches, text_files, tokenizer, vocab_size, args):
 # ----------------------------------------------------------------------------------------------------------------
 # Worker processes: a split of text files cut into contiguous parts, each written by a process of its own. However
 # many cores tokenize for it, one process is held back by its one Python thread, which serializes and writes under
-# Python's global lock (benchmarks/README.md); processes have a lock each.
+# Python's global lock (benchmarks/speed.md, "Shard preparation"); processes have a lock each.
 
 
 def available_cores():

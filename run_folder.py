@@ -684,7 +684,7 @@ def warn_if_nothing_learned_from_context(results):
             logger.warning("The discriminator tells replaced tokens from original ones %s a constant guess of their "
                            "share does (%+.3f nats per token, %.0f %% of the guess's loss): it has learned next to "
                            "nothing from the context yet, and fine-tuned, its encoder does worse than random weights. "
-                           "A small model can stay there for thousands of steps (benchmarks/README.md, ELECTRA); a "
+                           "A small model can stay there for thousands of steps (benchmarks/electra.md); a "
                            "masked LM (--objective mlm) learns from the context sooner.",
                            "worse than" if beyond < 0 else "barely better than", beyond,
                            100 * beyond / constant_guess)

@@ -20,7 +20,7 @@ last step.
 
     python benchmarks/fine_tuning.py --model demo-output/model     # tests/data's slice of BANKING77: a quick check
     python benchmarks/fine_tuning.py --model demo-output/model --train_file banking77/train.csv \\
-        --test_file banking77/test.csv --label_column category --full_data     # the figures of benchmarks/README.md
+        --test_file banking77/test.csv --label_column category --full_data   # benchmarks/fine_tuning.md's figures
 """
 
 import argparse

@@ -121,7 +121,7 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--train_file", default=DEFAULT_DATA / "train.txt",
                         help="Text file to train on (default: %(default)s, the slice of WikiText-2 shipped for the "
-                             "tests; the figures of benchmarks/README.md come from the whole of WikiText-2).")
+                             "tests; the figures of benchmarks/tokenizer.md come from the whole of WikiText-2).")
     parser.add_argument("--validation_file", default=DEFAULT_DATA / "validation.txt",
                         help="Text file to measure on (default: %(default)s).")
     parser.add_argument("--vocab_size", type=int, default=8000,

@@ -131,7 +131,7 @@ def test_the_step_compiled_with_xla_computes_the_same_gradients():
 def test_the_discriminator_learns_to_find_replacements_that_the_text_gives_away():
     # Each row repeats one token, so a replaced token is the one that differs from its row: the discriminator
     # learns to find them within 200 steps unless its input, labels or gradients are wrong (a 2-layer discriminator
-    # on real text sits at the prior for thousands of steps: benchmarks/README.md).
+    # on real text sits at the prior for thousands of steps: benchmarks/electra.md).
     config = ElectraConfig(vocab_size=50, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **TINY)
     trainer = ElectraTrainer(*build_pair(config))
 

@@ -13,11 +13,13 @@ import pytest
 from helpers import REPO
 
 SCRIPTS = ("train_unigram.py", "prepare_tfrecord_shards.py", "run_mlm.py", "run_classification.py", "export_model.py")
-# Flags the README gives to other programs (pip, gcloud, tensorboard), in prose and tables.
+# Flags the READMEs give to other programs (pip, gcloud, tensorboard, Beam), in prose and tables.
 OTHER_PROGRAMS_FLAGS = {"--no-deps", "--find-links", "--force-reinstall", "--dry-run", "--worker", "--zone",
                         "--command", "--version", "--accelerator-type", "--logdir", "--location", "--member",
-                        "--role", "--system-site-packages"}
+                        "--role", "--system-site-packages", "--sdk_container_image"}
 README = (REPO / "README.md").read_text()
+# benchmarks/README.md, the index, and the page of each family of benchmarks.
+BENCHMARK_PAGES = sorted((REPO / "benchmarks").glob("*.md"))
 COMMAND = re.compile(r"python3?\s+((?:\S+/)?(\w+\.py))\b(.*)")
 
 
@@ -126,15 +128,50 @@ def test_every_flag_the_readme_names_exists(help_texts):
 @pytest.mark.fast
 def test_every_make_target_the_readmes_name_exists():
     targets = set(re.findall(r"^([\w-]+):", (REPO / "Makefile").read_text(), flags=re.MULTILINE))
-    for readme in (REPO / "README.md", REPO / "benchmarks" / "README.md"):
+    for readme in (REPO / "README.md", *BENCHMARK_PAGES):
         # A command in a code block (at a line's start) or in backticks: `make glue GLUE=glue_data`.
         named = set(re.findall(r"(?:^|`)make ([a-z][\w-]*)", readme.read_text(), flags=re.MULTILINE))
         missing = sorted(named - targets)
-        assert named and not missing, f"{readme.name} names make targets that the Makefile lacks: {missing}"
+        assert not missing, f"{readme.relative_to(REPO)} names make targets that the Makefile lacks: {missing}"
+        assert named or readme.name != "README.md", f"{readme.relative_to(REPO)} names no make target"
+
+
+def test_every_flag_the_benchmark_pages_name_exists(help_texts):
+    for page in BENCHMARK_PAGES:
+        in_tables, in_prose = named_flags(page.read_text())
+        unknown = sorted(flag for flag in (in_tables | in_prose) - OTHER_PROGRAMS_FLAGS
+                         if not any(re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text)
+                                    for text in help_texts.values()))
+        assert not unknown, f"{page.relative_to(REPO)} names flags that no script has: {unknown}"
+
+
+def anchor(heading):
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation and backticks dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
 @pytest.mark.fast
-@pytest.mark.parametrize("readme,most", [("README.md", 20 * 1024), ("benchmarks/README.md", 40 * 1024)])
+@pytest.mark.parametrize("page", BENCHMARK_PAGES, ids=lambda page: page.name)
+def test_every_link_of_the_benchmark_pages_resolves(page):
+    # Other files point at the pages' sections by heading: a link to a renamed or moved section fails here.
+    for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"^```.*?^```", "", page.read_text(),
+                                                          flags=re.DOTALL | re.MULTILINE)):
+        if re.match(r"\w+://", target):
+            continue
+        path, _, fragment = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        assert linked.exists(), f"{page.name} links to {target}: no such file"
+        if fragment:
+            headings = re.findall(r"^#+ (.*)$", re.sub(r"^```.*?^```", "", linked.read_text(),
+                                                       flags=re.DOTALL | re.MULTILINE), flags=re.MULTILINE)
+            assert fragment in {anchor(heading) for heading in headings}, \
+                f"{page.name} links to {target}: {linked.name} has no such heading"
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("readme,most", [("README.md", 20 * 1024)]
+                         + [(str(page.relative_to(REPO)), 40 * 1024) for page in BENCHMARK_PAGES])
 def test_each_readme_stays_within_its_size(readme, most):
-    # The README is read from top to bottom by a new user; benchmarks/README.md is a reference, not a lab notebook.
+    # The README is read from top to bottom by a new user; benchmarks/README.md is the index of the benchmarks' pages,
+    # each a reference, not a lab notebook.
     assert len((REPO / readme).read_bytes()) <= most
