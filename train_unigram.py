@@ -161,8 +161,8 @@ def build_tokenizer(vocab=None, byte_fallback=False):
     """A Unigram tokenizer (untrained without `vocab`, a list of (piece, log probability) with the special tokens
     first): NFKC normalization (but for KEPT_FROM_NFKC and JOINED_AFTER_NFKC), spaces at the ends dropped and runs
     of spaces made one, as SentencePiece trains on them (a trailing space would otherwise become a token "▁"), and
-    "▁" marking where words begin (Metaspace). With `byte_fallback`, a character without a token is encoded as the byte tokens of its UTF-8
-    bytes ("中" as <0xE4> <0xB8> <0xAD>), which decoding turns back into the character."""
+    "▁" marking where words begin (Metaspace). With `byte_fallback`, a character without a token is encoded as the
+    byte tokens of its UTF-8 bytes ("中" as <0xE4> <0xB8> <0xAD>), which decoding turns back into the character."""
     tokenizer = Tokenizer(models.Unigram(vocab, unk_id=UNK_ID if vocab else None, byte_fallback=byte_fallback))
     stand_ins = {mark: chr(0xFDD0 + i) for i, mark in enumerate(KEPT_FROM_NFKC)}
     tokenizer.normalizer = normalizers.Sequence(

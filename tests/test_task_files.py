@@ -36,7 +36,8 @@ OCNLI_DEV = [("雨下了一整天", "地面是湿的", "entailment"), ("商店�
              ("他写了一本书", "那本书很畅销", "neutral"), ("他们搬家了", "他们住得更远了", "-"),
              ("孩子们在唱歌", "孩子们很开心", "-")]
 # Wisesight Sentiment: Thai posts in `texts`, one of neu, neg, pos and q (a question) in `category`.
-WISESIGHT = [{"category": "pos", "texts": "อาหารอร่อยมาก บริการดี"}, {"category": "neg", "texts": "รอนานมาก ไม่ประทับใจ"},
+WISESIGHT = [{"category": "pos", "texts": "อาหารอร่อยมาก บริการดี"},
+             {"category": "neg", "texts": "รอนานมาก ไม่ประทับใจ"},
              {"category": "neu", "texts": "วันนี้ฝนตกทั้งวัน"}, {"category": "q", "texts": "ร้านเปิดกี่โมงคะ"}]
 
 
