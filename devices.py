@@ -82,10 +82,15 @@ GPU_PEAK_FLOPS = {"NVIDIA A100-SXM4-80GB": A100_PEAKS, "NVIDIA A100-SXM4-40GB": 
                   "NVIDIA L40S": (362.05e12, 183e12, 91.6e12)}
 # x86 CPUs: the FMA units of a core, by the microarchitecture that /proc/cpuinfo's vendor_id, "cpu family" and
 # "model" name, as written there (other architectures' "model" is no number): (name, units, bits each), from AMD's
-# software optimization guides and Intel's optimization reference manual. Zen 4 runs AVX-512 on its 256-bit units,
-# in two halves. Left out, among others: Skylake-SP and Cascade Lake (Intel's model 85), whose Xeons have one or two
-# AVX-512 FMA units per core by SKU, which cpuinfo does not tell. A CPU not named here gets no MFU.
-CPU_FMA_UNITS = {("AuthenticAMD", "23", "49"): ("Zen 2", 2, 256),  # EPYC 7002 (Rome)
+# software optimization guides and Intel's optimization reference manual. A CPU not named here is assumed to have
+# ASSUMED_FMA_UNITS of the widest vectors its flags show (widest_vector_bits), and its peak is logged as assumed: x86
+# cores multiply-add at most that many FLOPs per cycle, so a wrong guess makes the peak too high and MFU err low. The
+# table names the CPUs whose units are narrower than their widest instructions (Zen runs AVX2 on its 128-bit units
+# and Zen 4 AVX-512 on its 256-bit ones, in two halves), and others checked, whose log then names them. Left out,
+# among others: Skylake-SP and Cascade Lake (Intel's model 85), whose Xeons have one or two AVX-512 FMA units per core
+# by SKU, which cpuinfo does not tell: assumed two.
+CPU_FMA_UNITS = {("AuthenticAMD", "23", "1"): ("Zen", 2, 128),  # EPYC 7001 (Naples)
+                 ("AuthenticAMD", "23", "49"): ("Zen 2", 2, 256),  # EPYC 7002 (Rome)
                  ("AuthenticAMD", "25", "1"): ("Zen 3", 2, 256),  # EPYC 7003 (Milan)
                  ("AuthenticAMD", "25", "17"): ("Zen 4", 2, 256),  # EPYC 9004 (Genoa)
                  ("AuthenticAMD", "25", "160"): ("Zen 4c", 2, 256),  # EPYC 97x4 (Bergamo)
@@ -94,6 +99,7 @@ CPU_FMA_UNITS = {("AuthenticAMD", "23", "49"): ("Zen 2", 2, 256),  # EPYC 7002 (
                  ("GenuineIntel", "6", "106"): ("Ice Lake", 2, 512),  # Xeon Scalable, 3rd generation
                  ("GenuineIntel", "6", "143"): ("Sapphire Rapids", 2, 512),  # 4th
                  ("GenuineIntel", "6", "207"): ("Emerald Rapids", 2, 512)}  # 5th
+ASSUMED_FMA_UNITS = 2
 # bfloat16 products per cycle and core: Intel's AMX multiplies tiles at 1,024 FLOPs (Intel's figure for Sapphire
 # Rapids); AVX512-BF16's dot product does two multiply-adds in each float32 lane, twice float32's FLOPs on the same
 # units. Without either, bfloat16 is multiplied in float32.
@@ -147,22 +153,27 @@ def peak_flops(strategy, on_tpu, bfloat16):
 
 def cpu_peak_flops(bfloat16, threads=0, root="/"):
     """(The paper peak FLOP/s of the CPU cores this process may use, what it is made of); (None, why) where it is
-    not known. Cores x the FLOPs per cycle of their widest FMA units x the clock, all read from the machine. The
-    cores: the physical ones among the CPUs the process may run on (two hyperthreads share one core's units), at
-    most `threads` (TensorFlow's intra-op threads; 0: one per CPU). `root` lets tests point at a fake tree."""
+    not known. Cores x the FLOPs per cycle of their widest FMA units (CPU_FMA_UNITS's, else assumed from the flags)
+    x the clock, all read from the machine. The cores: the physical ones among the CPUs the process may run on (two
+    hyperthreads share one core's units), at most `threads` (TensorFlow's intra-op threads; 0: one per CPU). `root`
+    lets tests point at a fake tree."""
     processors = read_cpuinfo(root)
     if not processors:
         return None, "this CPU, which has no /proc/cpuinfo to read"
     first = processors[0]
     key = (first.get("vendor_id"), first.get("cpu family"), first.get("model"))
     cpu = f"{first.get('model name', 'CPU')} ({key[0]} family {key[1]} model {key[2]})"
-    if key not in CPU_FMA_UNITS:
-        return None, f"{cpu}, whose FMA units are not in devices.CPU_FMA_UNITS"
-    microarchitecture, units, unit_bits = CPU_FMA_UNITS[key]
     flags = set(first.get("flags", "").split())
-    bits = min(unit_bits, 512 if "avx512f" in flags else 256 if {"avx2", "fma"} <= flags else 0)
-    if not bits:  # A virtual machine may hide the vector instructions its CPU has.
-        return None, f"{cpu}, which shows neither AVX-512 nor AVX2 and FMA"
+    widest_bits = widest_vector_bits(flags)
+    if not widest_bits:
+        return None, f"{cpu}, whose FMA units are not in devices.CPU_FMA_UNITS and which shows no x86 vector flags"
+    if key in CPU_FMA_UNITS:
+        microarchitecture, units, unit_bits = CPU_FMA_UNITS[key]
+        bits = min(unit_bits, widest_bits)  # A virtual machine may hide the widest instructions its CPU has.
+        assumption = ""
+    else:
+        microarchitecture, units, bits = "assumed from its flags", ASSUMED_FMA_UNITS, widest_bits
+        assumption = f"; {cpu} is not in devices.CPU_FMA_UNITS"
     flops_per_cycle, units_used = units * 2 * bits // 32, f"{units} x {bits}-bit FMA, float32"
     if bfloat16 and "amx_bf16" in flags:
         flops_per_cycle, units_used = AMX_BFLOAT16_FLOPS_PER_CYCLE, "AMX, bfloat16"
@@ -177,7 +188,18 @@ def cpu_peak_flops(bfloat16, threads=0, root="/"):
         return None, f"{cpu}, whose clock is not known"
     return (cores * flops_per_cycle * clock,
             f"{cores} {'core' if cores == 1 else 'cores'} x {flops_per_cycle} FLOP/cycle ({microarchitecture}: "
-            f"{units_used}) x {clock / 1e9:.3g} GHz ({source})")
+            f"{units_used}) x {clock / 1e9:.3g} GHz ({source}){assumption}")
+
+
+def widest_vector_bits(flags):
+    """The widest vectors whose multiply-adds an x86 CPU's cpuinfo flags show it runs, in bits; 0 for flags of no x86
+    CPU. SSE's 128 bits where it shows no FMA instructions (an older CPU, or a virtual machine that hides them): its
+    multiply-adds take two instructions each, a multiply and an add, and MFU errs low."""
+    if "avx512f" in flags:
+        return 512
+    if {"avx2", "fma"} <= flags:
+        return 256
+    return 128 if "sse" in flags else 0
 
 
 def intra_op_threads():

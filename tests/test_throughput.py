@@ -143,6 +143,9 @@ def test_cpu_paper_peak_from_cpuinfo(tmp_path, monkeypatch):
     # A virtual machine that hides AVX-512: 256 bits of each unit.
     hidden = write_cpuinfo(tmp_path / "hidden", {**SAPPHIRE_RAPIDS, "flags": "fpu sse sse2 avx fma avx2"}, cores=2)
     assert cpu_peak_flops(bfloat16=True, root=hidden)[0] == pytest.approx(2 * 32 * 2.7e9)
+    # One that shows no FMA instructions at all: SSE's 128 bits.
+    no_fma = write_cpuinfo(tmp_path / "no-fma", {**ZEN3_EPYC, "flags": "fpu sse sse2 avx"}, cores=2)
+    assert cpu_peak_flops(bfloat16=False, root=no_fma)[1].startswith("2 cores x 16 FLOP/cycle (Zen 3: 2 x 128-bit ")
 
     # Zen 4 runs AVX-512 in two halves on its 256-bit units: AVX2's FLOPs per cycle; its bfloat16 dot products twice
     # that. On bare metal, without a clock in the model name: cpufreq's highest, not the clock of the moment.
@@ -156,19 +159,39 @@ def test_cpu_paper_peak_from_cpuinfo(tmp_path, monkeypatch):
     assert "(Zen 4: 2 x 256-bit FMA, bfloat16 dot products)" in description
 
 
-def test_no_cpu_peak_where_it_is_not_known(tmp_path):
-    # Without FMA instructions (an older CPU, or a virtual machine that hides them); a Skylake-SP or Cascade Lake
-    # Xeon, whose FMA units per core vary by SKU; another architecture, whose "model" is no number; no /proc/cpuinfo.
-    # Each says why.
-    no_fma = write_cpuinfo(tmp_path / "no-fma", {**ZEN3_EPYC, "flags": "fpu sse sse2 avx"}, cores=2)
-    assert cpu_peak_flops(bfloat16=False, root=no_fma) == (
-        None, "AMD EPYC 7B13 (AuthenticAMD family 25 model 1), which shows neither AVX-512 nor AVX2 and FMA")
+def test_cpu_peak_assumed_from_flags_where_the_table_does_not_know_the_cpu(tmp_path, monkeypatch):
+    # Issue #87's Zen 5 EPYC, AVX-512 on 512-bit units, newer than the table: two units of the widest vectors its
+    # flags show, 2 x 512 / 32 x 2 = 64 FLOP/cycle, and bfloat16 dot products twice that. The peak says it is assumed,
+    # and every round states MFU against it.
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    zen5 = write_cpuinfo(tmp_path / "zen5", {**ZEN4_EPYC, "cpu family": 26, "model": 2,
+                                             "model name": "AMD EPYC 9575F 64-Core Processor"}, cores=4)
+    peak, description = cpu_peak_flops(bfloat16=False, root=zen5)
+    assert peak == pytest.approx(4 * 64 * 1.5e9)
+    assert description == ("4 cores x 64 FLOP/cycle (assumed from its flags: 2 x 512-bit FMA, float32) x 1.5 GHz "
+                           "(cpuinfo's cpu MHz); AMD EPYC 9575F 64-Core Processor (AuthenticAMD family 26 model 2) is "
+                           "not in devices.CPU_FMA_UNITS")
+    throughput = Throughput(flops_per_token=1e6, tokens_per_step=4096, samples_per_step=32, num_hosts=1,
+                            peak_flops=peak, devices=description)
+    assert throughput.describe_peak() == f"peak 384 GFLOP/s ({description})"
+    assert throughput.figures(steps=100, seconds=10.0)["mfu_percent"] == pytest.approx(100 * 40.96 / 384)
+    assert cpu_peak_flops(bfloat16=True, root=zen5)[0] == pytest.approx(4 * 128 * 1.5e9)
+    # The widest the flags show: AVX2 and FMA, 256 bits; neither, SSE's 128. A Cascade Lake Xeon, whose SKUs have one
+    # or two AVX-512 units: two.
+    for flags, flops_per_cycle in (("fpu sse sse2 avx fma avx2", 32), ("fpu sse sse2 avx", 16)):
+        cpu = write_cpuinfo(tmp_path / flags, {**ZEN4_EPYC, "cpu family": 26, "flags": flags}, cores=4)
+        assert cpu_peak_flops(bfloat16=True, root=cpu)[0] == pytest.approx(4 * flops_per_cycle * 1.5e9)
     cascade_lake = write_cpuinfo(tmp_path / "cascade-lake", {**SAPPHIRE_RAPIDS, "model": 85}, cores=2)
-    assert cpu_peak_flops(bfloat16=False, root=cascade_lake) == (
-        None, "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz (GenuineIntel family 6 model 85), whose FMA units are "
-              "not in devices.CPU_FMA_UNITS")
+    peak, description = cpu_peak_flops(bfloat16=False, root=cascade_lake)
+    assert peak == pytest.approx(2 * 64 * 2.7e9) and "FLOP/cycle (assumed from its flags: " in description
+
+
+def test_no_cpu_peak_where_it_is_not_known(tmp_path):
+    # Another architecture, whose "model" is no number and which shows no x86 flags; no /proc/cpuinfo. Each says why.
     power = write_cpuinfo(tmp_path / "power", {"cpu": "POWER9, altivec supported", "model": "IBM,9006-22P"}, cores=2)
-    assert cpu_peak_flops(bfloat16=False, root=power)[0] is None
+    assert cpu_peak_flops(bfloat16=False, root=power) == (
+        None, "CPU (None family None model IBM,9006-22P), whose FMA units are not in devices.CPU_FMA_UNITS and which "
+              "shows no x86 vector flags")
     assert cpu_peak_flops(bfloat16=False, root=tmp_path / "nothing") == (
         None, "this CPU, which has no /proc/cpuinfo to read")
 
