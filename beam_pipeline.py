@@ -17,7 +17,7 @@ import logging
 import math
 import os
 
-from corpus import batches_of_texts, compression, file_builder, holdout_side, iter_text_file_lines
+from corpus import CORPUS_BUILDERS, batches_of_texts, compression, file_builder, holdout_side, iter_text_file_lines
 from models import load_backend_tokenizer
 from shards import MANIFEST_NAME, Manifest, finish_split, plan_parts, start_split, write_part
 from utils import UserError, gcs_client, gcs_glob_prefix, is_gcs_path, open_file
@@ -44,24 +44,26 @@ def match_files(patterns):
     return list(files.items())
 
 
-def beam_parts(files, part_size):
-    """The parts of a split: each text or JSON-lines file of `files` ([(path, size)]) cut into parts of at most
-    `part_size` bytes (see plan_parts), each Parquet file one part, and each compressed file (never cut)."""
+def beam_parts(files, part_size, file_format):
+    """The parts of a split: each text or JSON-lines file of `files` ([(path, size)], in `file_format` where their
+    names tell none: --file_format, None for by name only) cut into parts of at most `part_size` bytes (see
+    plan_parts), each Parquet file one part, and each compressed file (never cut)."""
     parts = []
     for path, size in files:
-        if file_builder(path) == "parquet" or compression(path):
+        if file_builder(path, file_format) == "parquet" or compression(path):
             parts.append([(path, 0, size)])
         else:
             parts += plan_parts([path], [size], max(1, math.ceil(size / part_size)))  # An empty file: none.
     return parts
 
 
-def part_texts(part, text_column):
+def part_texts(part, text_column, file_format):
     """The texts of a part (byte ranges of one file, see beam_parts): the lines of a text file, the `text_column`
-    of each line of a JSON-lines file or of each row of a Parquet file; compressed ones decompressed as they are
-    read. Read here, not by 🤗 Datasets, which reads JSON-lines and Parquet files from local disk only."""
+    of each line of a JSON-lines file or of each row of a Parquet file (in `file_format` where its name tells none,
+    as beam_parts); compressed ones decompressed as they are read. Read here, not by 🤗 Datasets, which reads
+    JSON-lines and Parquet files from local disk only."""
     path = part[0][0]
-    data_format = file_builder(path)
+    data_format = file_builder(path, file_format)
     if data_format == "text":
         yield from iter_text_file_lines(part)
     elif data_format == "json":
@@ -103,7 +105,7 @@ def write_part_on_beam_worker(numbered_part, split_dir, args, keep):
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
     tokenizer, vocab_size = load_tokenizer_once(args.tokenizer_name_or_path)
     path, start, _ = part[0]  # A part is one file's bytes from `start` (see beam_parts).
-    batches = batches_of_texts(part_texts(part, args.text_column), args.batch_size,
+    batches = batches_of_texts(part_texts(part, args.text_column, args.file_format), args.batch_size,
                                f"the {args.text_column!r} field of record {{}} of {path!r} from byte {start} (blank "
                                "lines not counted)")
     written = write_part(number, batches, tokenizer, vocab_size, split_dir, args,
@@ -137,12 +139,13 @@ def run_beam_pipeline(data_files, args):
     split_parts = {}
     for split, patterns in data_files.items():
         files = match_files(patterns)
-        formats = {file_builder(path) for path, _ in files}
-        if not formats <= {"text", "json", "parquet"} or len(formats) > 1:
+        formats = {file_builder(path, args.file_format) for path, _ in files}
+        if not formats <= set(CORPUS_BUILDERS) or len(formats) > 1:
             raise UserError(f"the {split} files must all be text (.txt), JSON-lines (.jsonl, .json) or "
                             "Parquet (.parquet) files, of one format, text and JSON-lines ones compressed or not "
-                            f"(.txt.gz, .jsonl.zst, ...): got {[path for path, _ in files]}.")
-        split_parts[split] = beam_parts(files, int(args.part_size_mb * 2**20))
+                            "(.txt.gz, .jsonl.zst, ...); files whose names do not tell their format (part-00000, "
+                            f"part-00000.gz) with --file_format: got {[path for path, _ in files]}.")
+        split_parts[split] = beam_parts(files, int(args.part_size_mb * 2**20), args.file_format)
         logger.info("%s: %d file(s), %.1f MiB, in %d part(s)", split, len(files),
                     sum(size for _, size in files) / 2**20, len(split_parts[split]))
 

@@ -1,6 +1,7 @@
 """Reading a text corpus, streamed, for train_unigram.py and prepare_tfrecord_shards.py: local or gs:// text files
 read at disk speed, JSON-lines and Parquet files and Hub datasets through 🤗 Datasets, in batches of texts; text and
-JSON-lines files compressed (.gz, .bz2, .xz, .zst) too, read as they are. Memory stays flat whatever the corpus size.
+JSON-lines files compressed (.gz, .bz2, .xz, .zst) too, read as they are; files whose names tell no format (part-00000,
+as Spark, Hadoop and Beam name them) in the one --file_format says. Memory stays flat whatever the corpus size.
 run_classification.py checks its data files' format here too.
 """
 
@@ -27,6 +28,11 @@ except ImportError:
 # Which 🤗 Datasets builder reads a file, by its extension: the one format detection of the scripts.
 FILE_BUILDERS = {".txt": "text", ".text": "text", ".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json",
                  ".parquet": "parquet"}
+# The formats of a corpus (train_unigram.py, prepare_tfrecord_shards.py), as --file_format names them for files whose
+# names tell none (a data job's output, part-00000 or part-00000.gz, has no extension of its format), and their
+# builders.
+FILE_FORMATS = {"text": "text", "jsonl": "json", "parquet": "parquet"}
+CORPUS_BUILDERS = tuple(FILE_FORMATS.values())
 
 
 # Compressed files, by the extension after their format's: corpus.txt.gz is text, compressed with gzip. Text files
@@ -55,11 +61,12 @@ def compression(path):
     return COMPRESSIONS.get(extensions(path)[1])
 
 
-def file_builder(path):
-    """The 🤗 Datasets builder that reads a file, by its extension ("text" for .txt and .txt.gz); None for an unknown
-    one."""
+def file_builder(path, file_format=None):
+    """The 🤗 Datasets builder that reads a file, by its extension ("text" for .txt and .txt.gz), else by
+    `file_format` (a name of FILE_FORMATS: --file_format), which says the format under a compression's extension too
+    ("text" for part-00000 and part-00000.gz); None for an unknown one."""
     format_extension, compression_extension = extensions(path)
-    builder = FILE_BUILDERS.get(format_extension)
+    builder = FILE_BUILDERS.get(format_extension) or FILE_FORMATS.get(file_format)
     return builder if not compression_extension or builder in COMPRESSIBLE_BUILDERS else None
 
 
@@ -71,6 +78,11 @@ def add_corpus_arguments(group):
                        help="Configuration of the Hub dataset (default: %(default)s).")
     group.add_argument("--text_column", default="text",
                        help="Column holding the text, for Hub datasets and JSON/Parquet files (default: %(default)s).")
+    group.add_argument("--file_format", choices=list(FILE_FORMATS),
+                       help="Format of the input files whose names do not tell it, as a data job names them (Spark, "
+                            "Hadoop, Beam: part-00000, part-00000.gz): text (one record per line), jsonl or parquet. "
+                            "Compressed ones by their compression's extension. Files named .txt, .jsonl, .parquet, "
+                            "... are read by their extension (default: by extension only).")
     group.add_argument("--limit", type=positive_int,
                        help="Read only the first LIMIT records of each split, for a quick run (default: all).")
     group.add_argument("--trust_remote_code", action="store_true",
@@ -78,15 +90,15 @@ def add_corpus_arguments(group):
                             "for datasets whose code you trust.")
 
 
-def text_batches(*, text_column, batch_size, limit=None, data_files=None, dataset_name=None, dataset_config=None,
-                 splits=None, trust_remote_code=False, long_texts=False):
+def text_batches(*, text_column, batch_size, limit=None, data_files=None, file_format=None, dataset_name=None,
+                 dataset_config=None, splits=None, trust_remote_code=False, long_texts=False):
     """{split: iterator of lists of up to `batch_size` texts}, empty and whitespace-only texts left out, `limit`
     records read at most per split, streamed: memory stays flat whatever the corpus size. From `data_files`
-    ({split: [paths]}) or the Hub dataset `dataset_name` (`splits`: those to read, None for all). Text files are
-    read here, at disk speed (with `long_texts`, texts longer than LONG_TEXT_BYTES as LongText, for shards.py's
-    tokenizing); the others through 🤗 Datasets."""
-    file_format = data_files_format(data_files) if data_files else None  # Every file checked, once.
-    if file_format == "text":
+    ({split: [paths]}, in `file_format` where their names tell none) or the Hub dataset `dataset_name` (`splits`:
+    those to read, None for all). Text files are read here, at disk speed (with `long_texts`, texts longer than
+    LONG_TEXT_BYTES as LongText, for shards.py's tokenizing); the others through 🤗 Datasets."""
+    builder = data_files_format(data_files, file_format=file_format) if data_files else None  # Each file checked.
+    if builder == "text":
         if text_column != "text":  # As 🤗 Datasets' "text" builder, whose only column is "text".
             raise UserError(f"the data has no column {text_column!r}; its columns are ['text']. "
                             "Choose one with --text_column.")
@@ -96,7 +108,7 @@ def text_batches(*, text_column, batch_size, limit=None, data_files=None, datase
 
     if data_files:
         with damage_named(itertools.chain(*data_files.values())):  # It reads the files' beginnings already.
-            corpus = datasets.load_dataset(file_format, data_files=data_files, streaming=True)
+            corpus = datasets.load_dataset(builder, data_files=data_files, streaming=True)
     else:
         check_hub_reachable(dataset_name)
         try:
@@ -128,19 +140,16 @@ def check_hub_reachable(dataset_name):
             raise UserError(hub_unreachable_error(dataset_name, err)) from err
 
 
-def data_files_format(data_files, formats=("text", "json", "parquet")):
-    """The 🤗 Datasets builder, one of `formats`, that reads every file of `data_files` ({split: [paths]});
-    UserError for a missing file, an unknown extension or a mix of formats."""
+def data_files_format(data_files, formats=CORPUS_BUILDERS, file_format=None):
+    """The 🤗 Datasets builder, one of `formats`, that reads every file of `data_files` ({split: [paths]}), in
+    `file_format` where their names tell none (see file_builder); UserError for a missing file, an unknown extension
+    or a mix of formats."""
     builders = set()
     for split, paths in data_files.items():
         for path in paths:
-            builder = file_builder(path)
+            builder = file_builder(path, file_format)
             if builder not in formats:
-                known = [extension for extension, name in FILE_BUILDERS.items() if name in formats]
-                compressible = [extension for extension in known if FILE_BUILDERS[extension] in COMPRESSIBLE_BUILDERS]
-                raise UserError(f"cannot read {path!r}: unknown extension {''.join(extensions(path))!r}. Use files "
-                                f"of one of these: {', '.join(known)}" + (f"; {'/'.join(compressible)} ones also "
-                                f"compressed ({', '.join(COMPRESSIONS)})." if compressible else "."))
+                raise unknown_format_error(path, formats, file_format)
             if is_gcs_path(path) and builder != "text":
                 raise UserError(f"cannot read {path!r}: JSON-lines and Parquet files are read from local "
                                 "disk only. Copy them first (`gcloud storage cp`), or use text files, which are "
@@ -151,6 +160,21 @@ def data_files_format(data_files, formats=("text", "json", "parquet")):
     if len(builders) > 1:
         raise UserError(f"all input files must have one format, got a mix of {sorted(builders)}.")
     return builders.pop()
+
+
+def unknown_format_error(path, formats, file_format):
+    """The UserError for a file that no builder of `formats` reads, by its name or `file_format`: the extensions to
+    use, and --file_format where the scripts that read a corpus take it and it was not given."""
+    known = [extension for extension, name in FILE_BUILDERS.items() if name in formats]
+    compressible = [extension for extension in known if FILE_BUILDERS[extension] in COMPRESSIBLE_BUILDERS]
+    advice = f"; {'/'.join(compressible)} ones also compressed ({', '.join(COMPRESSIONS)})" if compressible else ""
+    if formats == CORPUS_BUILDERS and not file_format:
+        advice += (f", or pass --file_format ({', '.join(FILE_FORMATS)}) for files whose names do not tell their "
+                   "format (part-00000, part-00000.gz)")
+    format_extension, compression_extension = extensions(path)
+    unknown = f"unknown extension {format_extension + compression_extension!r}" if format_extension \
+        else "no extension of its format"
+    return UserError(f"cannot read {path!r}: {unknown}. Use files of one of these: {', '.join(known)}{advice}.")
 
 
 def iter_text_batches(dataset, text_column, batch_size, limit=None, source="the input", paths=()):
@@ -306,8 +330,8 @@ def not_utf8(path):
         for extension, found in COMPRESSIONS.items():
             if beginning.startswith(found.magic):
                 return UserError(f"the text file {path!r} is {found.tool}-compressed, but its name does not say so: "
-                                 f"name it {os.path.basename(path)}{extension}, and it is read as it is (a gs:// object "
-                                 "is read as stored, one stored with Content-Encoding: gzip too).")
+                                 f"name it {os.path.basename(path)}{extension}, and it is read as it is (a gs:// "
+                                 "object is read as stored, one stored with Content-Encoding: gzip too).")
     # The converted file keeps the extensions that the scripts read it by: corpus.utf8.txt.gz for corpus.txt.gz.
     name = str(path)
     stem = name[:len(name) - len("".join(extensions(path)))]

@@ -16,9 +16,10 @@ order of the text and the shards are numbered across the parts. With --runner, t
 Apache Beam pipeline (beam_pipeline.py), on this machine or on Dataflow. Hub datasets and JSON-lines or Parquet
 files are read through 🤗 Datasets as one stream, by this process.
 
-Compressed text and JSON-lines files (.gz, .bz2, .xz, .zst) are read as they are, decompressed as they are read. Such
-a file is never cut: it is read whole by one worker, so a corpus in one large compressed file is written by one
-process, and spreads over the workers in several smaller ones.
+A file's format is told by its extension, or by --file_format where its name tells none (part-00000, as data jobs
+name their output). Compressed text and JSON-lines files (.gz, .bz2, .xz, .zst) are read as they are, decompressed as
+they are read. Such a file is never cut: it is read whole by one worker, so a corpus in one large compressed file is
+written by one process, and spreads over the workers in several smaller ones.
 
 Each split folder, {output_dir}/{split}/, holds the files of the shard contract (shards.py): INCOMPLETE while it is
 written; the shards, dataset-{index}-{num_samples}.tfrecord, --shard_size samples each, each written under a
@@ -86,7 +87,8 @@ def parse_args():
                           help=f"Text files (local or gs://), or local JSON-lines or Parquet files, for the {split} "
                                "split, instead of the Hub dataset (with --runner: all on gs:// too, and globs in "
                                "quotes). Text and JSON-lines files may be compressed (corpus.txt.gz, .bz2, .xz, .zst): "
-                               "they are read as they are.")
+                               "they are read as they are. Files named without their format's extension (part-00000) "
+                               "need --file_format.")
     data.add_argument("--validation_share", type=probability,
                       help="Hold this share of the --train_file texts out as the validation split (0.005: 0.5 %%), "
                            "instead of --validation_file: the texts whose hash falls under it (corpus.Holdout), "
@@ -183,11 +185,13 @@ def main(args):
 def write_splits_here(data_files, args):
     """Writes every split with this machine's processes; returns the manifests."""
     tokenizer, vocab_size = load_backend_tokenizer(args.tokenizer_name_or_path)
-    splits = text_batches(data_files=data_files, dataset_name=args.dataset_name, dataset_config=args.dataset_config,
-                          splits=args.split, trust_remote_code=args.trust_remote_code, text_column=args.text_column,
+    splits = text_batches(data_files=data_files, file_format=args.file_format, dataset_name=args.dataset_name,
+                          dataset_config=args.dataset_config, splits=args.split,
+                          trust_remote_code=args.trust_remote_code, text_column=args.text_column,
                           batch_size=args.batch_size, limit=args.limit, long_texts=True)
     # Text files can be cut into parts; what goes through 🤗 Datasets is one stream.
-    text_files = data_files if data_files and data_files_format(data_files) == "text" else {}
+    is_text = data_files and data_files_format(data_files, file_format=args.file_format) == "text"
+    text_files = data_files if is_text else {}
     return [write_split(split, batches, text_files.get(split), tokenizer, vocab_size, args)
             for split, batches in splits.items()]
 

@@ -106,7 +106,7 @@ def parse_args():
                       help="Text files (.txt, one record per line; local or gs://), or local JSON-lines "
                            "(.json/.jsonl) or Parquet files, to train on instead of the Hub dataset. Text and "
                            "JSON-lines files may be compressed (corpus.txt.gz, .bz2, .xz, .zst): they are read as "
-                           "they are.")
+                           "they are. Files named without their format's extension (part-00000) need --file_format.")
     parser.add_argument("--vocab_size", type=vocabulary_size, default=10_000,
                         help="Size of the vocabulary, special tokens included (default: %(default)s).")
     characters = parser.add_argument_group(
@@ -336,6 +336,7 @@ def main(args):
     check_gcs_path(args.output_dir, write=True)
     check_output_dir(args.output_dir, args.overwrite)
     (batches,) = text_batches(data_files={"train": args.train_file} if args.train_file else None,
+                              file_format=args.file_format,
                               dataset_name=args.dataset_name, dataset_config=args.dataset_config, splits=[args.split],
                               trust_remote_code=args.trust_remote_code, text_column=args.text_column,
                               batch_size=args.batch_size, limit=args.limit).values()  # The one split asked for.

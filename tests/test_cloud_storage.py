@@ -227,12 +227,15 @@ def test_compressed_text_is_read_from_cloud_storage_as_it_is_stored(gcs, tokeniz
     encoded.content_encoding = "gzip"
     encoded.upload_from_filename(str(compressed))
     bucket.blob("truncated.txt.gz").upload_from_string(compressed.read_bytes()[:-8])
+    bucket.blob("part-00000.gz").upload_from_filename(str(compressed))  # Named as a data job names it: --file_format.
     args = ["--tokenizer_name_or_path", tokenizer_dir, "--max_length", MAX_LENGTH, "--shard_size", 100]
     run_main("prepare_tfrecord_shards.py", *args, "--train_file", WIKITEXT / "validation.txt",
-             "--validation_file", WIKITEXT / "validation.txt", "--output_dir", tmp_path / "from-text")
+             "--validation_file", WIKITEXT / "validation.txt", "--test_file", WIKITEXT / "validation.txt",
+             "--output_dir", tmp_path / "from-text")
     run_main("prepare_tfrecord_shards.py", *args, "--train_file", "gs://compressed/validation.txt.gz",
-             "--validation_file", "gs://compressed/encoded.txt.gz", "--output_dir", tmp_path / "from-gcs")
-    for split in ("train", "validation"):
+             "--validation_file", "gs://compressed/encoded.txt.gz", "--test_file", "gs://compressed/part-00000.gz",
+             "--file_format", "text", "--output_dir", tmp_path / "from-gcs")
+    for split in ("train", "validation", "test"):
         written = {path.name: path.read_bytes() for path in (tmp_path / "from-text" / split).iterdir()}
         assert {path.name: path.read_bytes() for path in (tmp_path / "from-gcs" / split).iterdir()} == written
     (batches,) = corpus.text_batches(text_column="text", batch_size=100,

@@ -494,3 +494,31 @@ def test_workers_read_each_compressed_file_whole(tmp_path, tokenizer_dir):
     assert samples == expected
     assert [shard["num_samples"] for shard in manifest["shards"]] == shard_sizes
     assert manifest["num_parts"] == 2 and manifest["dropped_tokens"] == dropped
+
+
+# Files named without their format's extension (issue #87): part-00000 and part-00001.gz, as data jobs name them.
+
+
+@pytest.mark.fast
+def test_files_named_without_their_format_are_read_in_the_one_file_format_says(tmp_path, tokenizer_dir):
+    # Refused without --file_format, by a message that names it; with it, the shards of the same text named .txt and
+    # .txt.gz, cut between two worker processes, one for each file (a compressed one by its compression's extension).
+    lines = (WIKITEXT / "validation.txt").read_bytes().splitlines(keepends=True)
+    halves = b"".join(lines[:len(lines) // 2]), b"".join(lines[len(lines) // 2:])
+    (tmp_path / "named.txt").write_bytes(halves[0])
+    (tmp_path / "part-00000").write_bytes(halves[0])
+    named = [tmp_path / "named.txt", write_compressed(tmp_path / "named.txt.gz", halves[1])]
+    unnamed = [tmp_path / "part-00000", write_compressed(tmp_path / "part-00001.gz", halves[1])]
+    args = ["--tokenizer_name_or_path", tokenizer_dir, "--max_length", 32, "--shard_size", 50, "--num_workers", 2]
+    refused = run_main("prepare_tfrecord_shards.py", *args, "--train_file", *unnamed, "--output_dir", tmp_path / "a",
+                       expect_failure=True)
+    assert f"error: cannot read '{unnamed[0]}': no extension of its format. Use files of one of these: .txt, " \
+           in refused.stderr
+    assert ", or pass --file_format (text, jsonl, parquet) for files whose names do not tell their format " \
+           "(part-00000, part-00000.gz)." in refused.stderr and not (tmp_path / "a").exists()
+    run_main("prepare_tfrecord_shards.py", *args, "--train_file", *named, "--output_dir", tmp_path / "named")
+    run_main("prepare_tfrecord_shards.py", *args, "--train_file", *unnamed, "--file_format", "text",
+             "--output_dir", tmp_path / "unnamed")
+    written = {path.name: path.read_bytes() for path in (tmp_path / "named" / "train").iterdir()}
+    assert json.loads(written["manifest.json"])["num_parts"] == 2
+    assert {path.name: path.read_bytes() for path in (tmp_path / "unnamed" / "train").iterdir()} == written

@@ -28,7 +28,7 @@ def glob_parts():
     """The parts of the files that GLOB_ARGS' runs read, as the pipeline cuts them."""
     from beam_pipeline import beam_parts
 
-    return beam_parts(GLOB_FILES, 100 * 2**10)
+    return beam_parts(GLOB_FILES, 100 * 2**10, file_format=None)
 
 
 @pytest.fixture(scope="module")
@@ -99,10 +99,37 @@ def test_a_compressed_file_is_one_part_read_whole(tmp_path):
     (tmp_path / "train.txt").write_bytes(text)
     compressed = write_compressed(tmp_path / "train.txt.xz", text)
     files = [(str(path), path.stat().st_size) for path in (tmp_path / "train.txt", compressed)]
-    plain_parts, compressed_parts = beam_parts(files[:1], 10_000), beam_parts(files[1:], 10_000)
+    plain_parts, compressed_parts = beam_parts(files[:1], 10_000, None), beam_parts(files[1:], 10_000, None)
     assert len(plain_parts) > 10 and compressed_parts == [[(str(compressed), 0, compressed.stat().st_size)]]
-    assert list(part_texts(compressed_parts[0], "text")) == [text for part in plain_parts
-                                                             for text in part_texts(part, "text")]
+    assert list(part_texts(compressed_parts[0], "text", None)) == [text for part in plain_parts
+                                                                   for text in part_texts(part, "text", None)]
+
+
+@pytest.mark.fast
+def test_files_named_without_their_format_are_read_in_the_one_file_format_says(tmp_path, tokenizer_dir):
+    from beam_pipeline import beam_parts, part_texts
+
+    # A data job's JSON lines, plain and gzip-compressed: cut and read as the same lines named .jsonl, by
+    # --file_format; refused without it, before the pipeline runs, by a message that names it.
+    lines = (WIKITEXT / "validation.txt").read_text().splitlines()
+    records = "".join(json.dumps({"text": line}) + "\n" for line in lines).encode()
+    named, plain = tmp_path / "named.jsonl", tmp_path / "part-00000"
+    for path in (named, plain):
+        path.write_bytes(records)
+    compressed = write_compressed(tmp_path / "part-00001.gz", records)
+    named_parts = beam_parts([(str(named), len(records))], 10_000, None)
+    plain_parts = beam_parts([(str(plain), len(records))], 10_000, "jsonl")
+    assert len(named_parts) > 10 and [[start_end for _, *start_end in part] for part in plain_parts] == [
+        [start_end for _, *start_end in part] for part in named_parts]
+    size = compressed.stat().st_size
+    assert beam_parts([(str(compressed), size)], 10_000, "jsonl") == [[(str(compressed), 0, size)]]
+    texts = [text for part in named_parts for text in part_texts(part, "text", None)]
+    assert [text for part in plain_parts for text in part_texts(part, "text", "jsonl")] == texts
+    assert list(part_texts([(str(compressed), 0, size)], "text", "jsonl")) == texts
+    refused = run_main("prepare_tfrecord_shards.py", *RUNNER, "--tokenizer_name_or_path", tokenizer_dir,
+                       "--train_file", tmp_path / "part-*", "--output_dir", tmp_path / "out", expect_failure=True)
+    assert "; files whose names do not tell their format (part-00000, part-00000.gz) with --file_format: got " \
+           in refused.stderr and not (tmp_path / "out").exists()
 
 
 @pytest.mark.fast

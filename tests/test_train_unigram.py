@@ -151,6 +151,24 @@ def test_unknown_file_type_and_missing_file(tmp_path):
 
 
 @pytest.mark.fast
+def test_files_named_without_their_format_are_read_in_the_one_file_format_says(tmp_path):
+    # A data job's JSON lines, gzip-compressed, as part-00000.gz: refused without --file_format, by a message that
+    # names it; with --file_format jsonl, the tokenizer of the same file named .jsonl.gz.
+    lines = (WIKITEXT / "validation.txt").read_text().splitlines()[:300]
+    records = "".join(json.dumps({"content": line}) + "\n" for line in lines).encode()
+    named, unnamed = (write_compressed(tmp_path / name, records) for name in ("corpus.jsonl.gz", "part-00000.gz"))
+    args = ["--text_column", "content", "--vocab_size", 300]
+    refused = run_main("train_unigram.py", *args, "--train_file", unnamed, "--output_dir", tmp_path / "refused",
+                       expect_failure=True)
+    assert f"error: cannot read '{unnamed}': no extension of its format. " in refused.stderr
+    assert "or pass --file_format (text, jsonl, parquet) for files whose names do not tell" in refused.stderr
+    run_main("train_unigram.py", *args, "--train_file", named, "--output_dir", tmp_path / "named")
+    run_main("train_unigram.py", *args, "--train_file", unnamed, "--file_format", "jsonl",
+             "--output_dir", tmp_path / "unnamed")
+    assert (tmp_path / "unnamed" / "tokenizer.json").read_text() == (tmp_path / "named" / "tokenizer.json").read_text()
+
+
+@pytest.mark.fast
 def test_non_empty_output_dir_needs_overwrite(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "notes.txt").write_text("precious")
