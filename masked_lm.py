@@ -305,21 +305,26 @@ def lm_head(mlm, hidden):
 
 
 def make_dataset(files, input_context, *, batch_size, max_length, masking, seed, training,
-                 shuffle_buffer_size=None, num_batches=None, pairs=None, word_starts_in_shards=False):
+                 shuffle_buffer_size=None, num_batches=None, pairs=None, word_starts_in_shards=False, skip_batches=0):
     """One host's input pipeline, endless (fit stops after the steps it asks for): its own shards (host i of n
     reads shards i, i + n, ...), read in parallel, batched `batch_size` per replica, parsed, made into sentence
     pairs with `pairs` (make_pairs' arguments) and masked (`masking`: mask_tokens' arguments, or
     open_with_summary's where it holds a summary_token_id). With `word_starts_in_shards`, the shards say where
     words begin (a word segmenter's words, a "word_starts" feature), and whole-word masking takes those instead of
     what the tokenizer's pieces say. Training data is shuffled
-    (shard order, then samples in a buffer), with new masks on every pass. Evaluation data is its first
+    (shard order, then samples in a buffer), with new masks on every pass: one endless stream whose batch k always
+    holds the same samples and masks for a `seed`, whichever batch it starts from. `skip_batches` starts it there,
+    reading the samples before it without parsing or masking them: a resumed run goes on with the batches the
+    interrupted one would have trained on next. Evaluation data is its first
     `num_batches` batches, each masked from (seed, batch index), over and over: Keras keeps one iterator for every
     evaluation of a fit call, and each must see the same masks."""
     host, num_hosts = input_context.input_pipeline_id, input_context.num_input_pipelines
     if training:
         own = [os.path.basename(file) for file in files[host::num_hosts]]
-        logger.info("Input pipeline %d of %d reads %d of the %d training shards: %s", host, num_hosts, len(own),
-                    len(files), ", ".join(own[:3]) + (", ..." if len(own) > 3 else ""))
+        logger.info("Input pipeline %d of %d reads %d of the %d training shards: %s%s", host, num_hosts, len(own),
+                    len(files), ", ".join(own[:3]) + (", ..." if len(own) > 3 else ""),
+                    f"; it first reads past the {skip_batches * batch_size} samples of the batches already trained"
+                    if skip_batches else "")
     files = tf.data.Dataset.from_tensor_slices(files).shard(num_hosts, host)
     if training:
         files = files.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
@@ -329,7 +334,9 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
     records = files.interleave(tf.data.TFRecordDataset, cycle_length=32, num_parallel_calls=tf.data.AUTOTUNE,
                                deterministic=True)
     if training:
-        records = records.shuffle(shuffle_buffer_size, seed=seed)
+        # The shard order of each pass, then the buffer's draws, follow from the seed alone: skipping records read
+        # through the stream's start replays it, across passes too.
+        records = records.shuffle(shuffle_buffer_size, seed=seed).skip(skip_batches * batch_size)
     batches = records.batch(batch_size, drop_remainder=True)  # One static batch shape, as XLA wants.
     if not training:
         batches = batches.take(num_batches)
@@ -352,7 +359,7 @@ def make_dataset(files, input_context, *, batch_size, max_length, masking, seed,
                           starts=tf.cast(word_starts, tf.bool) if uses_word_starts else None))
         return batch
 
-    batches = batches.enumerate().map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE)
+    batches = batches.enumerate(start=skip_batches).map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE)
     if not training:
         batches = batches.repeat()
     # Autotuning off: deleting an iterator (at the end of every fit call) joins tf.data's autotuning thread, which

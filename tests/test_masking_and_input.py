@@ -166,6 +166,26 @@ def test_training_batches_are_shuffled_masked_and_endless(shards_dir):
     assert not np.array_equal(rows[:24], np.concatenate(first_rows))  # Another seed, another order and masks.
 
 
+def test_a_stream_that_skips_batches_goes_on_with_the_batches_of_a_stream_that_did_not(shards_dir):
+    # A resumed run's data: host 1 of 2, each step a batch of 8 samples for each of its 2 replicas. Skipped to a
+    # step a little before the end of the first and of the second pass over the host's shards (each reshuffled), it
+    # holds the samples and masks of a stream read from the start, across that end, the shuffle buffer full.
+    files, sizes = find_shards(str(shards_dir / "train"), MAX_LENGTH)
+    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1, num_replicas_in_sync=4)
+
+    def stream(skip_batches, num_batches):
+        dataset = make_dataset(files, context, batch_size=8, max_length=MAX_LENGTH, masking=MASKING, seed=5,
+                               training=True, shuffle_buffer_size=300, skip_batches=skip_batches)
+        return [{name: value.numpy() for name, value in batch.items()} for batch in dataset.take(num_batches)]
+
+    batches_per_pass = sum(sizes[1::2]) / 8
+    from_the_start = stream(0, int(2 * batches_per_pass) + 8)
+    for step in (int(batches_per_pass / 2) - 2, int(batches_per_pass) - 2):
+        skipped = stream(2 * step, 8)
+        for batch, unskipped in zip(skipped, from_the_start[2 * step:2 * step + 8], strict=True):
+            assert all(np.array_equal(batch[name], unskipped[name]) for name in ("input_ids", "labels"))
+
+
 def test_each_host_reads_its_own_shards(shards_dir):
     files, sizes = find_shards(str(shards_dir / "validation"), MAX_LENGTH)
     for host in range(2):

@@ -8,9 +8,10 @@ import socket
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
-from helpers import REPO, tiny_mlm_args
+from helpers import REPO, run_main, tiny_mlm_args
 from utils import UserError
 
 
@@ -114,6 +115,56 @@ def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(shards_dir, t
     step = int(stopped.group(1))
     assert f"Stopped by a signal to another host at step {step}, after saving checkpoint " in chief_log
     assert 0 < step < 40 and (output_dir / "checkpoints" / f"ckpt-{step}.index").exists()
+
+
+def step_losses(log):
+    """{step: training loss} from a run's log, one line per round (rounds of one step: each step's own loss)."""
+    return {int(step): float(loss) for step, loss in re.findall(r"run_mlm: Step (\d+): loss ([\d.]+)", log)}
+
+
+def h5_weights(path):
+    """{name: array} of the weights in a saved model's tf_model.h5."""
+    import h5py
+
+    weights = {}
+    with h5py.File(path) as f:
+        f.visititems(lambda name, item: weights.update({name: item[()]}) if isinstance(item, h5py.Dataset) else None)
+    return weights
+
+
+def test_a_run_stopped_by_sigterm_and_resumed_trains_as_the_run_never_stopped(shards_dir, tokenizer_dir,
+                                                                              tiny_config_dir, tmp_path):
+    # Each step's batch of 2 micro-batches, its samples and masks, must be the same whether the run stopped before it
+    # or not. Without dropout, whose draws a resumed run does not replay (see --seed's help).
+    args = [*tiny_mlm_args(shards_dir, tokenizer_dir, tiny_config_dir, tmp_path / "never-stopped"), "--max_steps", 6,
+            "--eval_every_steps", 1, "--per_replica_batch_size", 4, "--gradient_accumulation_steps", 2,
+            "--config_overrides", "hidden_dropout_prob=0,attention_probs_dropout_prob=0"]
+    never_stopped = step_losses(run_main("run_mlm.py", *args).stderr)
+
+    stopped_args = [*args, "--output_dir", tmp_path / "stopped"]
+    process = subprocess.Popen([sys.executable, str(REPO / "run_mlm.py"), *map(str, stopped_args)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in process.stderr:  # As training begins: the run stops after its first step or a little later.
+        if "Steps 1 to 6 of 6" in line:
+            break
+    process.send_signal(signal.SIGTERM)
+    stopped_log = line + process.communicate(timeout=300)[1]
+    assert process.returncode == 128 + signal.SIGTERM, stopped_log[-3000:]
+    stopped_at = int(re.search(r"Stopped by SIGTERM at step (\d+)", stopped_log).group(1))
+    assert 0 < stopped_at < 6
+    resumed = run_main("run_mlm.py", *stopped_args).stderr
+    assert f"Resuming from {tmp_path / 'stopped' / 'checkpoints' / f'ckpt-{stopped_at}'}, at step {stopped_at}" \
+        in resumed
+    assert f"first reads past the {8 * stopped_at} samples of the batches already trained" in resumed
+
+    losses = {**step_losses(stopped_log), **step_losses(resumed)}
+    assert list(losses) == list(never_stopped) == [1, 2, 3, 4, 5, 6]
+    assert losses == pytest.approx(never_stopped, abs=2e-4)  # Printed with 4 decimals.
+    weights, never_stopped_weights = (h5_weights(tmp_path / run / "tf_model.h5") for run in ("stopped",
+                                                                                              "never-stopped"))
+    assert weights.keys() == never_stopped_weights.keys()
+    for name, value in weights.items():
+        np.testing.assert_allclose(value, never_stopped_weights[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 def fit_with_checkpoint_and_stop(checkpoint_dir, features, extra_callbacks=(), every_steps=1000, start_step=0):
