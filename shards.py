@@ -71,7 +71,7 @@ class Manifest:
     shards: list
     # The word segmenter whose words the records' "word_starts" hold (--word_segmenter), or None: the records have
     # none, as every shard written before there was a segmenter.
-    word_segmenter: str = None
+    word_segmenter: str | None = None
 
     def to_json(self):
         return json.dumps(dataclasses.asdict(self), indent=2)

@@ -72,6 +72,8 @@ def parse_args():
                         help="Write the tasks' training texts to FILE (replaced if there), and do nothing else.")
     parser.add_argument("--model", action="append", default=[], metavar="NAME=FOLDER",
                         help="A pre-trained model and its name in the table; repeat for several.")
+    parser.add_argument("--baseline_only", action="store_true",
+                        help="Print the baselines alone (character n-grams, published figures): no fine-tuning.")
     parser.add_argument("--tasks", nargs="+", help="(default: all of the language's)")
     parser.add_argument("--no_random_weights", action="store_true",
                         help="Leave out the first model's architecture from random weights.")
@@ -89,11 +91,10 @@ def parse_args():
     if unknown:
         parser.error(f"--tasks: {args.language} has no {', '.join(sorted(unknown))}; its tasks are "
                      f"{', '.join(LANGUAGES[args.language])}.")
-    if not args.write_training_texts:
-        if not args.model:
-            parser.error("name a model to fine-tune: --model NAME=FOLDER")
-        args.models = dict(model.split("=", 1) for model in args.model)
-        args.arms = [*args.models, *([] if args.no_random_weights else [FROM_SCRATCH])]
+    if not args.model and not (args.write_training_texts or args.baseline_only):
+        parser.error("name a model to fine-tune (--model NAME=FOLDER), or pass --baseline_only")
+    args.models = dict(model.split("=", 1) for model in args.model)
+    args.arms = [] if args.baseline_only else [*args.models, *([] if args.no_random_weights else [FROM_SCRATCH])]
     return args
 
 
@@ -190,9 +191,10 @@ def main(args):
     baseline = {task_name: character_baseline(args, language_tasks[task_name]) for task_name in args.tasks}
     train_files = {task_name: training_file(args, task_name, language_tasks[task_name]) for task_name in args.tasks}
     print(describe_machine())
-    print(f"{args.models}; seeds {args.seeds}, learning rate {args.learning_rate:g}, {args.num_epochs} epochs, batch "
+    print("--baseline_only: no fine-tuning" if args.baseline_only else
+          f"{args.models}; seeds {args.seeds}, learning rate {args.learning_rate:g}, {args.num_epochs} epochs, batch "
           f"{args.per_replica_batch_size}, training examples: {args.train_examples or 'all'}"
-          + (f"; {' '.join(args.fine_tuning_flags)}" if args.fine_tuning_flags else "") + "\n", flush=True)
+          + (f"; {' '.join(args.fine_tuning_flags)}" if args.fine_tuning_flags else ""), flush=True)
     plan = [(arm, task_name, seed) for seed in args.seeds for task_name in args.tasks for arm in args.arms]
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         futures = {key: pool.submit(run, args, *key, train_files[key[1]]) for key in plan}
@@ -213,8 +215,9 @@ def print_summary(args, results, baseline):
         rows.append([arm, *("%.1f ± %.1f" % tuple(100 * x for x in mean_and_sd(scores[task]))
                             for task in args.tasks),
                      f"{100 * statistics.mean(statistics.mean(scores[task]) for task in args.tasks):.1f}"])
-    rows.append(["majority class", *(f"{100 * majority[task]:.1f}" for task in args.tasks),
-                 f"{100 * statistics.mean(majority.values()):.1f}"])
+    if majority:  # The runs report it.
+        rows.append(["majority class", *(f"{100 * majority[task]:.1f}" for task in args.tasks),
+                     f"{100 * statistics.mean(majority.values()):.1f}"])
     rows.append(["characters: 1- to 3-gram TF-IDF, linear (all training data)",
                  *(f"{100 * baseline[task]:.1f}" for task in args.tasks),
                  f"{100 * statistics.mean(baseline.values()):.1f}"])
@@ -224,8 +227,9 @@ def print_summary(args, results, baseline):
                      f"{statistics.mean(published):.1f}"])
     print()
     print_table([f"dev accuracy, × 100: mean ± sd over seeds {args.seeds}", *args.tasks, "average"], rows)
-    print_table(["task", *args.tasks], [["minutes of fine-tuning, all runs", *(f"{minutes[task]:.1f}"
-                                                                            for task in args.tasks)]])
+    if minutes:
+        print_table(["task", *args.tasks], [["minutes of fine-tuning, all runs", *(f"{minutes[task]:.1f}"
+                                                                                for task in args.tasks)]])
     print(f"{args.jobs} runs side by side; load average at the end: {load_average():.1f}")
 
 

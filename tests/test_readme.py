@@ -151,8 +151,8 @@ def anchor(heading):
 
 
 @pytest.mark.fast
-@pytest.mark.parametrize("page", BENCHMARK_PAGES, ids=lambda page: page.name)
-def test_every_link_of_the_benchmark_pages_resolves(page):
+@pytest.mark.parametrize("page", [REPO / "README.md", *BENCHMARK_PAGES], ids=lambda page: str(page.relative_to(REPO)))
+def test_every_link_of_the_readmes_resolves(page):
     # Other files point at the pages' sections by heading: a link to a renamed or moved section fails here.
     for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"^```.*?^```", "", page.read_text(),
                                                           flags=re.DOTALL | re.MULTILINE)):
@@ -169,9 +169,9 @@ def test_every_link_of_the_benchmark_pages_resolves(page):
 
 
 @pytest.mark.fast
-@pytest.mark.parametrize("readme,most", [("README.md", 20 * 1024)]
+@pytest.mark.parametrize("readme,most", [("README.md", 23 * 1024)]
                          + [(str(page.relative_to(REPO)), 40 * 1024) for page in BENCHMARK_PAGES])
 def test_each_readme_stays_within_its_size(readme, most):
-    # The README is read from top to bottom by a new user; benchmarks/README.md is the index of the benchmarks' pages,
-    # each a reference, not a lab notebook.
+    # The README is read from top to bottom by a new user (23 KiB: 20 until it gained a section for another language,
+    # issue #85); benchmarks/README.md is the index of the benchmarks' pages, each a reference, not a lab notebook.
     assert len((REPO / readme).read_bytes()) <= most
