@@ -55,7 +55,7 @@ from transformers import PreTrainedTokenizerFast
 
 from corpus import add_corpus_arguments, text_batches
 from utils import (UserError, check_gcs_path, check_output_dir, positive_int, refuse_an_output_that_is_read,
-                   save_folder)
+                   save_folder, share)
 
 logger = logging.getLogger("train_unigram")
 
@@ -89,14 +89,6 @@ def vocabulary_size(text):
     return size
 
 
-def coverage(text):
-    """An argparse type: a share of the corpus's characters, above 0 and at most 1."""
-    share = float(text)
-    if not 0 < share <= 1:
-        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got {text}")
-    return share
-
-
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     data = parser.add_argument_group("data (a Hub dataset by default, or files with --train_file)")
@@ -112,7 +104,7 @@ def parse_args():
     characters = parser.add_argument_group(
         "characters (for a corpus of many distinct characters, such as Chinese or Japanese: "
         "--character_coverage 0.9995 --byte_fallback)")
-    characters.add_argument("--character_coverage", type=coverage, default=1.0, metavar="SHARE",
+    characters.add_argument("--character_coverage", type=share, default=1.0, metavar="SHARE",
                             help="The most frequent characters, as many as make this share of the text, get a token "
                                  "each; the rarer ones get none and are <unk>, or bytes with --byte_fallback "
                                  "(default: %(default)s, every character gets a token).")

@@ -14,7 +14,8 @@ file; the table gives the mean ± sd of dev accuracy over the seeds, with publis
 --write_training_texts FILE writes the tasks' training texts alone, a text per line (a pair's two texts on two lines;
 never a dev or test text), for the tokenizer and the pre-training corpus (`make language-hour`), and exits.
 
-Each run's folder stays in --output_dir; a run whose eval_results.json is there is not run again.
+Each run's folder stays in --output_dir; a run whose eval_results.json is there is not run again (its folder's name
+says its model, task, --train_examples and seed: give other fine-tuning flags another --output_dir).
 
     python benchmarks/languages.py --language chinese --data_dir ../shared/data/chinese \\
         --model "one CPU-hour=demo-output/chinese-hour/model" --output_dir chinese-runs
@@ -38,7 +39,7 @@ from sklearn.linear_model import LogisticRegression
 from common import REPO, describe_machine, load_average, print_table
 from glue import FROM_SCRATCH, is_kept, mean_and_sd, read_kept_run
 import tasks
-from utils import UserError, positive_int, refuse_an_output_that_is_read
+from utils import UserError, positive_float, positive_int, refuse_an_output_that_is_read
 
 # A task: its folder, its training and dev files, the columns run_classification.py reads (text, second text or
 # None, label), the tokens per example (99 % of the training examples fit with an 8,000-token tokenizer of the
@@ -78,7 +79,7 @@ def parse_args():
     parser.add_argument("--no_random_weights", action="store_true",
                         help="Leave out the first model's architecture from random weights.")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="(default: %(default)s)")
-    parser.add_argument("--learning_rate", type=float, default=1e-3, help="(default: %(default)s, the demo's)")
+    parser.add_argument("--learning_rate", type=positive_float, default=1e-3, help="(default: %(default)s, the demo's)")
     parser.add_argument("--num_epochs", type=positive_int, default=3, help="(default: %(default)s)")
     parser.add_argument("--per_replica_batch_size", type=positive_int, default=32, help="(default: %(default)s)")
     parser.add_argument("--train_examples", type=positive_int,
@@ -143,7 +144,9 @@ def character_baseline(args, task):
 def run(args, arm, task_name, seed, train_file):
     """One run_classification.py run, unless its results are there: (its eval_results.json, seconds it took)."""
     task = LANGUAGES[args.language][task_name]
-    folder = os.path.join(args.output_dir, f"{arm.replace(' ', '-')}-{task_name}-seed{seed}")
+    # The folder's name says what the run was: a run kept from another --train_examples is not taken for this one.
+    examples = f"-{args.train_examples}-examples" if args.train_examples else ""
+    folder = os.path.join(args.output_dir, f"{arm.replace(' ', '-')}-{task_name}{examples}-seed{seed}")
     if not is_kept(folder):
         text, pair, label = task.columns
         command = [sys.executable, str(REPO / "run_classification.py"),

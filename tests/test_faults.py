@@ -193,7 +193,7 @@ def test_the_beam_workers_refuse_a_record_that_is_not_text_as_the_scripts_do(tmp
 
     path = write_json_lines(tmp_path / "data.jsonl", ["a text", None, 7])
     args = argparse.Namespace(tokenizer_name_or_path=str(tokenizer_dir), text_column="text", batch_size=10,
-                              shard_size=10, max_length=16)
+                              shard_size=10, max_length=16, file_format=None, word_segmenter=None)
     (tmp_path / "out").mkdir()
     with pytest.raises(UserError) as error:
         beam_pipeline.write_part_on_beam_worker((0, [(str(path), 0, path.stat().st_size)]), str(tmp_path / "out"),

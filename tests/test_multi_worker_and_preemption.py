@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import REPO, run_main, tiny_mlm_args
+from helpers import REPO, run_main, run_script, tiny_mlm_args
 from utils import UserError
 
 
@@ -139,7 +139,9 @@ def test_a_run_stopped_by_sigterm_and_resumed_trains_as_the_run_never_stopped(sh
     args = [*tiny_mlm_args(shards_dir, tokenizer_dir, tiny_config_dir, tmp_path / "never-stopped"), "--max_steps", 6,
             "--eval_every_steps", 1, "--per_replica_batch_size", 4, "--gradient_accumulation_steps", 2,
             "--config_overrides", "hidden_dropout_prob=0,attention_probs_dropout_prob=0"]
-    never_stopped = step_losses(run_main("run_mlm.py", *args).stderr)
+    # A process of its own, as the stopped run's: a run in the test process starts from other initial weights once
+    # other tests have run there (the same in every run of that process, not those of a fresh one).
+    never_stopped = step_losses(run_script("run_mlm.py", *args).stderr)
 
     stopped_args = [*args, "--output_dir", tmp_path / "stopped"]
     process = subprocess.Popen([sys.executable, str(REPO / "run_mlm.py"), *map(str, stopped_args)],

@@ -328,8 +328,8 @@ def test_sample_size_draws_from_the_first_limit_records_of_json_lines(tmp_path):
     (["--sample_size", "10", "--seed", "-1"], "--seed must be 0 or more, got -1."),
     (["--limit", "0"], "argument --limit: must be a positive number, got 0"),
     (["--batch_size", "-1"], "argument --batch_size: must be a positive number, got -1"),
-    (["--character_coverage", "0"], "argument --character_coverage: must be above 0 and at most 1, got 0"),
-    (["--character_coverage", "1.5"], "argument --character_coverage: must be above 0 and at most 1, got 1.5"),
+    (["--character_coverage", "0"], "argument --character_coverage: must be in (0, 1], 0 excluded, got 0"),
+    (["--character_coverage", "1.5"], "argument --character_coverage: must be in (0, 1], 0 excluded, got 1.5"),
 ])
 def test_bad_sampling_values_are_refused_clearly(argv, message, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["train_unigram.py", *argv])
