@@ -123,12 +123,14 @@ def step_losses(log):
 
 
 def h5_weights(path):
-    """{name: array} of the weights in a saved model's tf_model.h5."""
+    """{name: array} of the weights in a saved model's tf_model.h5, named without the number Keras adds to a model's
+    name in a process that built one before (tf_roberta_for_masked_lm_2)."""
     import h5py
 
     weights = {}
     with h5py.File(path) as f:
-        f.visititems(lambda name, item: weights.update({name: item[()]}) if isinstance(item, h5py.Dataset) else None)
+        f.visititems(lambda name, item: weights.update({re.sub(r"(tf_\w+?)_\d+/", r"\1/", name): item[()]})
+                     if isinstance(item, h5py.Dataset) else None)
     return weights
 
 
