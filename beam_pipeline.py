@@ -9,9 +9,7 @@ Parts are written side by side on the workers; finish_split runs once, after eve
 completely before the step that reads it), and publishes the split as the local path does.
 """
 
-import fnmatch
 import functools
-import glob
 import json
 import logging
 import math
@@ -20,28 +18,9 @@ import os
 from corpus import CORPUS_BUILDERS, batches_of_texts, compression, file_builder, holdout_side, iter_text_file_lines
 from models import load_backend_tokenizer
 from shards import MANIFEST_NAME, Manifest, finish_split, plan_parts, start_split, write_part
-from utils import UserError, gcs_client, gcs_glob_prefix, is_gcs_path, open_file
+from utils import UserError, is_gcs_path, open_file
 
 logger = logging.getLogger("prepare_tfrecord_shards")
-
-
-def match_files(patterns):
-    """[(path, size)] of the files that the glob `patterns` (local or gs://) match, in order, each once; a pattern
-    that matches nothing is an error. gs:// through utils' client, the scripts' one way to Cloud Storage, not
-    Beam's FileSystems."""
-    files = {}
-    for pattern in patterns:
-        if is_gcs_path(pattern):
-            bucket, prefix = gcs_glob_prefix(pattern)
-            blobs = gcs_client().list_blobs(bucket, prefix=prefix)
-            matches = {f"gs://{bucket}/{blob.name}": blob.size for blob in blobs
-                       if fnmatch.fnmatchcase(f"gs://{bucket}/{blob.name}", pattern) and not blob.name.endswith("/")}
-        else:
-            matches = {path: os.path.getsize(path) for path in glob.glob(pattern) if os.path.isfile(path)}
-        if not matches:
-            raise UserError(f"no file matches {pattern!r}.")
-        files.update(sorted(matches.items()))
-    return list(files.items())
 
 
 def beam_parts(files, part_size, file_format):
@@ -121,24 +100,24 @@ def finish_split_on_beam_worker(split, split_dir, args, parts, token_counts):
 
 
 def run_beam_pipeline(data_files, args):
-    """Writes each split of `data_files` ({split: [glob patterns]}) with a Beam pipeline on args.runner; returns
-    the manifests."""
+    """Writes each split of `data_files` ({split: [(path, size)]}, see utils.match_files) with a Beam pipeline on
+    args.runner; returns the manifests."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
     beam_args = ["--runner", args.runner, *args.beam_args]
     if args.num_workers:  # Dataflow's own flag of the same name: its initial number of worker machines.
         beam_args += ["--num_workers", str(args.num_workers)]
-    paths = [args.tokenizer_name_or_path, args.output_dir, *(path for paths in data_files.values() for path in paths)]
+    paths = [args.tokenizer_name_or_path, args.output_dir,
+             *(path for files in data_files.values() for path, _ in files)]
     if args.runner not in StandardOptions.LOCAL_RUNNERS and not all(is_gcs_path(path) for path in paths):
         raise UserError(f"with --runner {args.runner}, the workers run on other machines: the input files, "
                         "--tokenizer_name_or_path and --output_dir must be gs:// paths, got "
                         f"{[path for path in paths if not is_gcs_path(path)]}.")
-    # Fail before the pipeline starts: the tokenizer loads, the inputs exist and have one known format.
+    # Fail before the pipeline starts: the tokenizer loads, the input files have one known format.
     load_backend_tokenizer(args.tokenizer_name_or_path)
     split_parts = {}
-    for split, patterns in data_files.items():
-        files = match_files(patterns)
+    for split, files in data_files.items():
         formats = {file_builder(path, args.file_format) for path, _ in files}
         if not formats <= set(CORPUS_BUILDERS) or len(formats) > 1:
             raise UserError(f"the {split} files must all be text (.txt), JSON-lines (.jsonl, .json) or "

@@ -57,7 +57,7 @@ from corpus import (add_corpus_arguments, compression, data_files_format, holdou
 from models import load_backend_tokenizer
 from shards import (INCOMPLETE_MARKER_NAME, MANIFEST_NAME, MIN_MAX_LENGTH, finish_split, plan_parts, start_split,
                     write_part)
-from utils import (UserError, check_gcs_path, check_output_dir, file_size, out_of_space_named, positive_float,
+from utils import (UserError, check_gcs_path, check_output_dir, match_files, out_of_space_named, positive_float,
                    positive_int, probability, refuse_an_output_that_is_read)
 from word_segmenters import SEGMENTERS, load_word_segmenter
 
@@ -85,10 +85,11 @@ def parse_args():
     for split in ("train", "validation", "test"):
         data.add_argument(f"--{split}_file", nargs="+",
                           help=f"Text files (local or gs://), or local JSON-lines or Parquet files, for the {split} "
-                               "split, instead of the Hub dataset (with --runner: all on gs:// too, and globs in "
-                               "quotes). Text and JSON-lines files may be compressed (corpus.txt.gz, .bz2, .xz, .zst): "
-                               "they are read as they are. Files named without their format's extension (part-00000) "
-                               "need --file_format.")
+                               "split, instead of the Hub dataset (with --runner: all on gs:// too); globs in quotes "
+                               "(\"gs://bucket/corpus/part-*\") stand for the files they match, in order. Text and "
+                               "JSON-lines files may be compressed (corpus.txt.gz, .bz2, .xz, .zst): they are read as "
+                               "they are. Files named without their format's extension (part-00000) need "
+                               "--file_format.")
     data.add_argument("--validation_share", type=probability,
                       help="Hold this share of the --train_file texts out as the validation split (0.005: 0.5 %%), "
                            "instead of --validation_file: the texts whose hash falls under it (corpus.Holdout), "
@@ -121,7 +122,7 @@ def parse_args():
     beam = parser.add_argument_group("Apache Beam (pip install -r requirements-beam.txt)")
     beam.add_argument("--runner",
                       help="Write the shards with an Apache Beam pipeline on this runner: DirectRunner (this "
-                           "machine) or DataflowRunner, from input files only (globs allowed). Beam's own options "
+                           "machine) or DataflowRunner, from input files only. Beam's own options "
                            "follow and are passed to it (Dataflow: --project, --region, --temp_location, "
                            "--worker_machine_type, --max_num_workers, --requirements_file, --setup_file, ...), and "
                            "--num_workers, if given (Dataflow: its initial number of machines).")
@@ -148,12 +149,14 @@ def parse_args():
 def main(args):
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     start = time.perf_counter()
-    data_files = {split: getattr(args, f"{split}_file") for split in ("train", "validation", "test")
-                  if getattr(args, f"{split}_file")}
-    inputs = [args.tokenizer_name_or_path, *itertools.chain(*data_files.values())]
+    patterns = {split: getattr(args, f"{split}_file") for split in ("train", "validation", "test")
+                if getattr(args, f"{split}_file")}
+    inputs = [args.tokenizer_name_or_path, *itertools.chain(*patterns.values())]
     refuse_an_output_that_is_read(args.output_dir, inputs)
     for path in inputs:  # Fail before the long part.
         check_gcs_path(path)
+    # Each glob expanded once, here: the parts are planned from the sizes of the files it matched.
+    data_files = {split: match_files(paths, f"{split} file") for split, paths in patterns.items()}
     check_gcs_path(args.output_dir, write=True)
     check_output_dir(args.output_dir, args.overwrite)
     if args.word_segmenter:  # Its package, checked here rather than in every worker.
@@ -183,31 +186,33 @@ def main(args):
 
 
 def write_splits_here(data_files, args):
-    """Writes every split with this machine's processes; returns the manifests."""
+    """Writes every split of `data_files` ({split: [(path, size)]}, see utils.match_files; {} for the Hub dataset)
+    with this machine's processes; returns the manifests."""
     tokenizer, vocab_size = load_backend_tokenizer(args.tokenizer_name_or_path)
-    splits = text_batches(data_files=data_files, file_format=args.file_format, dataset_name=args.dataset_name,
+    paths = {split: [path for path, _ in files] for split, files in data_files.items()}
+    splits = text_batches(data_files=paths, file_format=args.file_format, dataset_name=args.dataset_name,
                           dataset_config=args.dataset_config, splits=args.split,
                           trust_remote_code=args.trust_remote_code, text_column=args.text_column,
                           batch_size=args.batch_size, limit=args.limit, long_texts=True)
     # Text files can be cut into parts; what goes through 🤗 Datasets is one stream.
-    is_text = data_files and data_files_format(data_files, file_format=args.file_format) == "text"
+    is_text = paths and data_files_format(paths, file_format=args.file_format) == "text"
     text_files = data_files if is_text else {}
     return [write_split(split, batches, text_files.get(split), tokenizer, vocab_size, args)
             for split, batches in splits.items()]
 
 
 def write_split(split, batches, text_files, tokenizer, vocab_size, args):
-    """Writes one split, from `batches` of texts, or in parts when it is `text_files` read whole; returns the
-    manifest."""
+    """Writes one split, from `batches` of texts, or in parts when it is `text_files` ([(path, size)]) read whole;
+    returns the manifest."""
     split_dir = os.path.join(args.output_dir, split)
     start_split(split_dir)
     keep = holdout_side(split, args.validation_share)
     parts = [None]  # One part, from `batches`.
     if text_files and args.limit is None:  # Parts of equal size: they take about the same time.
-        sizes = [file_size(path) for path in text_files]  # Of a compressed file, its compressed size (plan_parts).
+        paths, sizes = zip(*text_files)  # Of a compressed file, its compressed size (plan_parts).
         num_workers = args.num_workers or max(1, min(available_cores(), sum(sizes) // MIN_BYTES_PER_WORKER))
-        parts = plan_parts(text_files, sizes, num_workers)
-        if len(parts) < num_workers and any(map(compression, text_files)):
+        parts = plan_parts(paths, sizes, num_workers)
+        if len(parts) < num_workers and any(map(compression, paths)):
             logger.warning("%s: %d part(s) for %d worker processes: a compressed file is never cut, each is read "
                            "whole by one process. A corpus in more, smaller files spreads over more workers.", split,
                            len(parts), num_workers)

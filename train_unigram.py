@@ -54,8 +54,8 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 from transformers import PreTrainedTokenizerFast
 
 from corpus import add_corpus_arguments, text_batches
-from utils import (UserError, check_gcs_path, check_output_dir, positive_int, refuse_an_output_that_is_read,
-                   save_folder, share)
+from utils import (UserError, check_gcs_path, check_output_dir, match_files, positive_int,
+                   refuse_an_output_that_is_read, save_folder, share)
 
 logger = logging.getLogger("train_unigram")
 
@@ -96,9 +96,11 @@ def parse_args():
     data.add_argument("--split", default="train", help="Split of the Hub dataset to train on (default: %(default)s).")
     data.add_argument("--train_file", nargs="+",
                       help="Text files (.txt, one record per line; local or gs://), or local JSON-lines "
-                           "(.json/.jsonl) or Parquet files, to train on instead of the Hub dataset. Text and "
-                           "JSON-lines files may be compressed (corpus.txt.gz, .bz2, .xz, .zst): they are read as "
-                           "they are. Files named without their format's extension (part-00000) need --file_format.")
+                           "(.json/.jsonl) or Parquet files, to train on instead of the Hub dataset; globs in "
+                           "quotes (\"gs://bucket/corpus/part-*\") stand for the files they match, in order. Text "
+                           "and JSON-lines files may be compressed (corpus.txt.gz, .bz2, .xz, .zst): they are read "
+                           "as they are. Files named without their format's extension (part-00000) need "
+                           "--file_format.")
     parser.add_argument("--vocab_size", type=vocabulary_size, default=10_000,
                         help="Size of the vocabulary, special tokens included (default: %(default)s).")
     characters = parser.add_argument_group(
@@ -325,10 +327,12 @@ def main(args):
     refuse_an_output_that_is_read(args.output_dir, args.train_file or [])
     for path in args.train_file or []:
         check_gcs_path(path)
+    data_files = None  # The Hub dataset.
+    if args.train_file:  # Each glob expanded once, here, into the files it matches.
+        data_files = {"train": [path for path, _ in match_files(args.train_file, "train file")]}
     check_gcs_path(args.output_dir, write=True)
     check_output_dir(args.output_dir, args.overwrite)
-    (batches,) = text_batches(data_files={"train": args.train_file} if args.train_file else None,
-                              file_format=args.file_format,
+    (batches,) = text_batches(data_files=data_files, file_format=args.file_format,
                               dataset_name=args.dataset_name, dataset_config=args.dataset_config, splits=[args.split],
                               trust_remote_code=args.trust_remote_code, text_column=args.text_column,
                               batch_size=args.batch_size, limit=args.limit).values()  # The one split asked for.

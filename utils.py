@@ -14,6 +14,7 @@ import argparse
 import atexit
 import contextlib
 import errno
+import fnmatch
 import functools
 import glob
 import io
@@ -197,12 +198,26 @@ def exists(path):
     return gcs_blob(path).exists() if is_gcs_path(path) else os.path.exists(path)
 
 
-def file_size(path):
-    if is_gcs_path(path):
-        blob = gcs_blob(path)
-        blob.reload()  # Its metadata, size included.
-        return blob.size
-    return os.path.getsize(path)
+def match_files(patterns, what="file"):
+    """[(path, size)] of the files that the `patterns` (local or gs://, each a path or a glob) match, in order, each
+    once. A glob comes in quotes, so that the script expands it, not the shell: on gs:// too, and past the shell's
+    limit on the length of a command. `what` names the files in the error for a pattern that matches nothing ("train
+    file"). gs:// through this module's client, by listing the glob's prefix: one request for thousands of files."""
+    files = {}
+    for pattern in patterns:
+        if is_gcs_path(pattern):
+            bucket, prefix = gcs_glob_prefix(pattern)
+            blobs = gcs_client().list_blobs(bucket, prefix=prefix)
+            matches = {f"gs://{bucket}/{blob.name}": blob.size for blob in blobs
+                       if fnmatch.fnmatchcase(f"gs://{bucket}/{blob.name}", pattern) and not blob.name.endswith("/")}
+        else:
+            matches = {path: os.path.getsize(path) for path in glob.glob(pattern) if os.path.isfile(path)}
+        if not matches:
+            if GLOB_WILDCARD.search(pattern):
+                raise UserError(f"no {what} matches {pattern!r}. Check the pattern, in quotes.")
+            raise UserError(f"the {what} {pattern!r} does not exist.")
+        files.update(sorted(matches.items()))
+    return list(files.items())
 
 
 def rename(source, destination):

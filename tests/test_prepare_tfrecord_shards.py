@@ -522,3 +522,24 @@ def test_files_named_without_their_format_are_read_in_the_one_file_format_says(t
     written = {path.name: path.read_bytes() for path in (tmp_path / "named" / "train").iterdir()}
     assert json.loads(written["manifest.json"])["num_parts"] == 2
     assert {path.name: path.read_bytes() for path in (tmp_path / "unnamed" / "train").iterdir()} == written
+
+
+@pytest.mark.fast
+def test_a_glob_in_quotes_stands_for_the_files_it_matches_in_order(tmp_path, tokenizer_dir):
+    # A data job's output passed as "part-*", expanded by the script, not the shell: the shards of its files listed
+    # one by one, cut between two worker processes, which plan their parts from the sizes of the files matched.
+    lines = (WIKITEXT / "validation.txt").read_bytes().splitlines(keepends=True)
+    parts = [tmp_path / "part-00000", tmp_path / "part-00001"]
+    parts[0].write_bytes(b"".join(lines[:len(lines) // 2]))
+    parts[1].write_bytes(b"".join(lines[len(lines) // 2:]))
+    args = ["--tokenizer_name_or_path", tokenizer_dir, "--max_length", 32, "--shard_size", 50, "--num_workers", 2,
+            "--file_format", "text"]
+    run_main("prepare_tfrecord_shards.py", *args, "--train_file", *parts, "--output_dir", tmp_path / "listed")
+    run_main("prepare_tfrecord_shards.py", *args, "--train_file", tmp_path / "part-*", "--output_dir",
+             tmp_path / "globbed")
+    written = {path.name: path.read_bytes() for path in (tmp_path / "listed" / "train").iterdir()}
+    assert json.loads(written["manifest.json"])["num_parts"] == 2
+    assert {path.name: path.read_bytes() for path in (tmp_path / "globbed" / "train").iterdir()} == written
+    refused = run_main("prepare_tfrecord_shards.py", *args, "--train_file", tmp_path / "nothing-*", "--output_dir",
+                       tmp_path / "none", expect_failure=True)
+    assert f"error: no train file matches '{tmp_path / 'nothing-*'}'" in refused.stderr

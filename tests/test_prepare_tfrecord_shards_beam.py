@@ -139,7 +139,7 @@ def test_bad_input_is_named_before_the_pipeline_runs(tmp_path, tokenizer_dir):
     assert "with --runner, pass input files (--train_file" in hub.stderr
     missing = run_main("prepare_tfrecord_shards.py", *args, "--train_file", tmp_path / "nothing-*.txt",
                        "--output_dir", tmp_path / "b", expect_failure=True)
-    assert f"error: no file matches '{tmp_path / 'nothing-*.txt'}'" in missing.stderr
+    assert f"error: no train file matches '{tmp_path / 'nothing-*.txt'}'" in missing.stderr
     remote = run_main("prepare_tfrecord_shards.py", "--runner", "DataflowRunner", "--project", "p",
                       "--tokenizer_name_or_path", tokenizer_dir, "--train_file", WIKITEXT / "train.txt",
                       "--output_dir", tmp_path / "c", expect_failure=True)

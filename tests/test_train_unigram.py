@@ -148,6 +148,9 @@ def test_unknown_file_type_and_missing_file(tmp_path):
     result = run_main("train_unigram.py", "--train_file", tmp_path / "nope.txt", "--output_dir",
                       tmp_path / "out", expect_failure=True)
     assert "does not exist" in result.stderr
+    result = run_main("train_unigram.py", "--train_file", tmp_path / "nope-*", "--output_dir", tmp_path / "out",
+                      expect_failure=True)
+    assert f"error: no train file matches '{tmp_path / 'nope-*'}'" in result.stderr
 
 
 @pytest.mark.fast
