@@ -1,6 +1,6 @@
-"""run_classification.py on the files of Chinese and Thai tasks as they come (/work/shared/data/README.md's
-"chinese/ and thai/"): UER-py's TSV (ChnSentiCorp, book_review), CLUE's JSON lines (TNEWS, OCNLI) and Wisesight
-Sentiment's, read through the flags a user passes; and the warning that a tokenizer does not know the task's text.
+"""run_classification.py on the files of Chinese and Thai tasks in the layouts their publishers give them: UER-py's
+TSV (ChnSentiCorp, book_review), CLUE's JSON lines (TNEWS, OCNLI) and Wisesight Sentiment's, read through the flags a
+user passes; and the warning that a tokenizer does not know the task's text.
 
 The files are written here, a few rows in each layout with the quirks of the real ones (a lone double quote in a TSV
 text, TNEWS's labels as codes in strings, OCNLI's rows labelled "-"), of texts written for these tests: OCNLI's rows
