@@ -233,17 +233,21 @@ def state_the_masking(args, data, train_files):
         logger.info("Masking: %.1f %% of the tokens chosen for prediction, for --mlm_probability %g (--masking %s)",
                     100 * done, args.mlm_probability, args.masking)
         if done < 0.8 * args.mlm_probability:
-            cap, uncapped = args.max_predictions_per_seq, share(dict(data["masking"], max_predictions=0))
+            cap = args.max_predictions_per_seq
+            uncapped = share(dict(data["masking"], max_predictions=0)) if cap else done
             needed = default_max_predictions(args.mlm_probability, args.max_length, args.masking)
+            if uncapped <= 1.1 * done:
+                cause = "the samples hold few tokens that can be masked"
+            elif cap < needed:
+                cause = (f"--max_predictions_per_seq {cap} is below the {needed} positions per sequence that "
+                         f"--masking {args.masking} needs here (without the cap: {100 * uncapped:.1f} %). Leave it "
+                         "to its default")
+            else:
+                cause = (f"whole words of many tokens do not fit under --max_predictions_per_seq {cap} and are left "
+                         f"out (without the cap: {100 * uncapped:.1f} %). In a language written without spaces, write "
+                         "the shards with a --word_segmenter, or use --masking token")
             logger.warning("Only %.1f %% of the tokens are masked, where --mlm_probability asks %g %%: %s.",
-                           100 * done, 100 * args.mlm_probability,
-                           "the samples hold few tokens that can be masked" if uncapped <= 1.1 * done else
-                           f"--max_predictions_per_seq {cap} is below the {needed} positions per sequence that "
-                           f"--masking {args.masking} needs here (without the cap: {100 * uncapped:.1f} %). Leave it "
-                           "to its default" if cap < needed else
-                           f"whole words of many tokens do not fit under --max_predictions_per_seq {cap} and are "
-                           f"left out (without the cap: {100 * uncapped:.1f} %). In a language written without "
-                           "spaces, write the shards with a --word_segmenter, or use --masking token")
+                           100 * done, 100 * args.mlm_probability, cause)
     return done
 
 
