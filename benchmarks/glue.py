@@ -225,19 +225,14 @@ def read_kept_run(folder):
         return json.load(f)
 
 
-def run(args, arm, task_name, learning_rate, seed, data_dir):
-    """One run_classification.py run, unless its results are there (check_kept_run has checked them): (its
-    eval_results.json, seconds it took)."""
-    folder = run_folder(args.output_dir, arm, task_name, learning_rate, seed)
-    kept = is_kept(folder)
-    if not kept:
-        model = args.models.get(arm) or next(iter(args.models.values()))
-        command = [sys.executable, str(REPO / "run_classification.py"), "--model_name_or_path", model,
-                   "--task_name", task_name, "--data_dir", data_dir, "--max_length", TASKS[task_name][1],
-                   "--learning_rate", learning_rate, "--num_epochs", args.num_epochs, "--seed", seed,
-                   "--per_replica_batch_size", args.per_replica_batch_size, "--output_dir", folder, "--overwrite",
-                   "--no_tpu", *(["--from_scratch"] if arm == FROM_SCRATCH else []), *args.fine_tuning_flags]
-        threads = str(max(1, (os.cpu_count() or 1) // args.jobs))
+def run_unless_kept(folder, flags, jobs):
+    """run_classification.py with `flags` into `folder`, in its share of the cores (`jobs` runs side by side), unless
+    a run is kept there: (its eval_results.json, seconds it took, whether it ran now)."""
+    ran = not is_kept(folder)
+    if ran:
+        command = [sys.executable, str(REPO / "run_classification.py"), *flags, "--output_dir", folder,
+                   "--overwrite", "--no_tpu"]
+        threads = str(max(1, (os.cpu_count() or 1) // jobs))
         start = time.perf_counter()
         result = subprocess.run([str(part) for part in command], capture_output=True, text=True,
                                 env={**os.environ, "TF_NUM_INTRAOP_THREADS": threads, "TF_NUM_INTEROP_THREADS": "1"})
@@ -245,10 +240,21 @@ def run(args, arm, task_name, learning_rate, seed, data_dir):
             raise SystemExit(f"{' '.join(map(str, command))} failed:\n{result.stderr[-3000:]}")
         with open(os.path.join(folder, "seconds.txt"), "w") as f:
             f.write(f"{time.perf_counter() - start:.1f}\n")
-    results = read_kept_run(folder)
     with open(os.path.join(folder, "seconds.txt")) as seconds:
-        run_seconds = float(seconds.read())
-    if not kept:
+        return read_kept_run(folder), float(seconds.read()), ran
+
+
+def run(args, arm, task_name, learning_rate, seed, data_dir):
+    """One run_classification.py run, unless its results are there (check_kept_run has checked them): (its
+    eval_results.json, seconds it took)."""
+    folder = run_folder(args.output_dir, arm, task_name, learning_rate, seed)
+    model = args.models.get(arm) or next(iter(args.models.values()))
+    results, run_seconds, ran = run_unless_kept(folder, [
+        "--model_name_or_path", model, "--task_name", task_name, "--data_dir", data_dir, "--max_length",
+        TASKS[task_name][1], "--learning_rate", learning_rate, "--num_epochs", args.num_epochs, "--seed", seed,
+        "--per_replica_batch_size", args.per_replica_batch_size, *(["--from_scratch"] if arm == FROM_SCRATCH else []),
+        *args.fine_tuning_flags], args.jobs)
+    if ran:
         print(f"{arm}, {task_name}, learning rate {learning_rate:g}, seed {seed}: {results['validation']['score']:.4f}",
               flush=True)
     return results, run_seconds

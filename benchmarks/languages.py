@@ -26,9 +26,6 @@ import concurrent.futures
 import os
 import random
 import statistics
-import subprocess
-import sys
-import time
 import types
 
 import numpy as np
@@ -36,8 +33,8 @@ import scipy.sparse
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
-from common import REPO, describe_machine, load_average, print_table
-from glue import FROM_SCRATCH, is_kept, mean_and_sd, read_kept_run
+from common import describe_machine, load_average, print_table
+from glue import FROM_SCRATCH, mean_and_sd, run_unless_kept
 import tasks
 from utils import UserError, positive_float, positive_int, refuse_an_output_that_is_read
 
@@ -147,27 +144,17 @@ def run(args, arm, task_name, seed, train_file):
     # The folder's name says what the run was: a run kept from another --train_examples is not taken for this one.
     examples = f"-{args.train_examples}-examples" if args.train_examples else ""
     folder = os.path.join(args.output_dir, f"{arm.replace(' ', '-')}-{task_name}{examples}-seed{seed}")
-    if not is_kept(folder):
-        text, pair, label = task.columns
-        command = [sys.executable, str(REPO / "run_classification.py"),
-                   "--model_name_or_path", args.models.get(arm) or next(iter(args.models.values())),
-                   "--train_file", train_file, "--validation_file", os.path.join(args.data_dir, task.folder, task.dev),
-                   "--text_column", text, *(["--text_pair_column", pair] if pair else []), "--label_column", label,
-                   "--max_length", task.max_length, "--learning_rate", args.learning_rate, "--num_epochs",
-                   args.num_epochs, "--seed", seed, "--per_replica_batch_size", args.per_replica_batch_size,
-                   "--output_dir", folder, "--overwrite", "--no_tpu",
-                   *(["--from_scratch"] if arm == FROM_SCRATCH else []), *args.fine_tuning_flags]
-        threads = str(max(1, (os.cpu_count() or 1) // args.jobs))
-        start = time.perf_counter()
-        result = subprocess.run([str(part) for part in command], capture_output=True, text=True,
-                                env={**os.environ, "TF_NUM_INTRAOP_THREADS": threads, "TF_NUM_INTEROP_THREADS": "1"})
-        if result.returncode:
-            raise SystemExit(f"{' '.join(map(str, command))} failed:\n{result.stderr[-3000:]}")
-        with open(os.path.join(folder, "seconds.txt"), "w") as f:
-            f.write(f"{time.perf_counter() - start:.1f}\n")
-        print(f"{arm}, {task_name}, seed {seed}: {read_kept_run(folder)['validation']['accuracy']:.4f}", flush=True)
-    with open(os.path.join(folder, "seconds.txt")) as seconds:
-        return read_kept_run(folder), float(seconds.read())
+    text, pair, label = task.columns
+    results, seconds, ran = run_unless_kept(folder, [
+        "--model_name_or_path", args.models.get(arm) or next(iter(args.models.values())),
+        "--train_file", train_file, "--validation_file", os.path.join(args.data_dir, task.folder, task.dev),
+        "--text_column", text, *(["--text_pair_column", pair] if pair else []), "--label_column", label,
+        "--max_length", task.max_length, "--learning_rate", args.learning_rate, "--num_epochs", args.num_epochs,
+        "--seed", seed, "--per_replica_batch_size", args.per_replica_batch_size,
+        *(["--from_scratch"] if arm == FROM_SCRATCH else []), *args.fine_tuning_flags], args.jobs)
+    if ran:
+        print(f"{arm}, {task_name}, seed {seed}: {results['validation']['accuracy']:.4f}", flush=True)
+    return results, seconds
 
 
 def write_training_texts(args):

@@ -526,7 +526,7 @@ def test_the_glue_benchmark_keeps_a_run_only_if_it_was_made_with_the_flags_asked
         (folder / "eval_results.json").write_text(json.dumps(kept))
         (folder / "seconds.txt").write_text("12.5\n")
     args = argparse.Namespace(output_dir=str(tmp_path), models={"a model": "folder"}, num_epochs=3,
-                              per_replica_batch_size=32, sst2_train_examples=4000)
+                              per_replica_batch_size=32, sst2_train_examples=4000, fine_tuning_flags=[], jobs=1)
     assert run(args, "a model", "sst2", 1e-3, 1, "no data read") == (kept, 12.5)
     for flag, value in (("num_epochs", 5), ("per_replica_batch_size", 16), ("sst2_train_examples", 67349)):
         asked = argparse.Namespace(**{**vars(args), flag: value})
