@@ -235,7 +235,9 @@ class SentencePairTrainer(MaskedLMTrainer):
     next-sentence prediction, ALBERT's sentence-order prediction: the samples of make_pairs, whose "pair_labels"
     say which), on the sum of the two losses, each a mean over the global batch: the masked LM's over its masked
     positions, the pair head's over its samples, times `pair_loss_weight` (1: BERT's and ALBERT's pre-training loss;
-    0: the masked LM alone, on pairs).
+    0: the masked LM alone, on pairs). With `pair_loss_ramp` (first, last), the pair loss's weight is 0 up to step
+    `first`, then rises linearly to `pair_loss_weight` at step `last` (first == last: it joins whole): the masked LM
+    can leave the token-frequency table before the pair head pulls on the encoder (issue #86).
 
     Metrics: MaskedLMTrainer's, with the masked LM's loss as `masked_lm_loss`; `pair_loss` and `pair_accuracy`;
     `loss`, the weighted sum that trains.
@@ -244,16 +246,24 @@ class SentencePairTrainer(MaskedLMTrainer):
     MASKED_LM_LOSS = "masked_lm_loss"
 
     def __init__(self, model, mask_token_id, gradient_accumulation_steps=1, jit_compile=False,
-                 frequency_log_probs=None, pair_loss_weight=1.0):
+                 frequency_log_probs=None, pair_loss_weight=1.0, pair_loss_ramp=(0, 0)):
         super().__init__(model, mask_token_id, gradient_accumulation_steps, jit_compile, frequency_log_probs,
                          more_metrics=["masked_lm_loss", "pair_loss", "pair_accuracy"])
-        self.pair_loss_weight = pair_loss_weight
+        self.pair_loss_weight, self.pair_loss_ramp = pair_loss_weight, pair_loss_ramp
 
     def counts(self, batch):
         return tf.concat([super().counts(batch), [tf.cast(tf.shape(batch["pair_labels"])[0], tf.float32)]], 0)
 
     def training_loss(self, sums, counts):
-        return super().training_loss(sums, counts) + self.pair_loss_weight * sums["pair_cross_entropy"] / counts[1]
+        return super().training_loss(sums, counts) + self.pair_weight() * sums["pair_cross_entropy"] / counts[1]
+
+    def pair_weight(self):
+        """The pair loss's weight at the step being taken (the optimizer's count of steps done, plus one)."""
+        first, last = self.pair_loss_ramp
+        if not last:  # No ramp: the weight is a constant of the graph.
+            return self.pair_loss_weight
+        step = tf.cast(self.optimizer.iterations + 1, tf.float32)
+        return self.pair_loss_weight * tf.clip_by_value((step - first) / max(last - first, 1), 0.0, 1.0)
 
     def sums(self, batch, seed, training=False):
         outputs = self.encode(batch, training)

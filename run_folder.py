@@ -599,12 +599,15 @@ def save_model(args, trainer, tokenizer, config, results, plan, pair_objective):
     metrics = "\n".join(f"| {name} | {value:.4f} |" for name, value in results.get("final_eval", {}).items())
     origin = (f"continued from `{args.model_name_or_path}`" if args.model_name_or_path
               else f"`{args.pretrained_model_config}` from scratch")
+    first, last = getattr(trainer, "pair_loss_ramp", (0, 0))
+    ramp = f", rising from 0 at step {first} to it at step {last}" if last else ""
+    clipping = f", gradients clipped to a norm of {args.max_grad_norm}" if args.max_grad_norm else ""
     what = (f"An ELECTRA discriminator pre-trained by replaced-token detection (`--objective electra`, a generator "
             f"of hidden size {trainer.generator.config.hidden_size}, saved in `{ELECTRA_GENERATOR}/` as a fill-mask "
             f"model; discriminator weight {trainer.discriminator_weight})" if electra
             else f"A {config.model_type} masked language model pre-trained on sentence pairs with "
             f"{pair_objective} (`--objective {args.objective}`, pair loss weight "
-            f"{trainer.pair_loss_weight}), its pair head kept,"
+            f"{trainer.pair_loss_weight}{ramp}), its pair head kept,"
             if pair_objective else f"A {config.model_type} masked language model pre-trained")
     description = f"""{what} with TensorFlow (`run_mlm.py` of a TF + 🤗 Transformers TPU pre-training pipeline),
 {origin}.
@@ -614,7 +617,7 @@ def save_model(args, trainer, tokenizer, config, results, plan, pair_objective):
 - Tokenizer: `{args.tokenizer}`, vocabulary of {config.vocab_size}
 - Config overrides: `{args.config_overrides or 'none'}`
 - Steps: {step} at a global batch of {plan.global_batch_size} samples ({results['num_replicas']} replicas),
-  learning rate {args.learning_rate}, weight decay {args.weight_decay_rate}
+  learning rate {args.learning_rate}, weight decay {args.weight_decay_rate}{clipping}
 
 ## Final evaluation
 

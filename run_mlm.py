@@ -387,7 +387,8 @@ def build_trainer(args, config, tokenizer, plan, jit_compile, train_files, gener
         generator = lm = start(TFElectraForMaskedLM, generator_config, lm_weights)
     optimizer, learning_rate = create_optimizer(init_lr=args.learning_rate, num_train_steps=plan.total_steps,
                                                 num_warmup_steps=plan.warmup_steps,
-                                                weight_decay_rate=args.weight_decay_rate)
+                                                weight_decay_rate=args.weight_decay_rate,
+                                                adam_global_clipnorm=args.max_grad_norm)
     token_counts, frequency_table = read_token_counts(train_files), None
     if token_counts is not None:
         frequency_table = frequency_log_probs(token_counts, tokenizer.all_special_ids)
@@ -405,7 +406,7 @@ def build_trainer(args, config, tokenizer, plan, jit_compile, train_files, gener
                                  args.gradient_accumulation_steps, jit_compile, seed=args.seed)
     else:
         trainer_class = SentencePairTrainer if args.objective in PAIR_OBJECTIVES else MaskedLMTrainer
-        pair_loss = {} if args.pair_loss_weight is None else dict(pair_loss_weight=args.pair_loss_weight)
+        pair_loss = {name: value for name in ("pair_loss_weight", "pair_loss_ramp") if (value := vars(args)[name])}
         trainer = trainer_class(mlm, tokenizer.mask_token_id, args.gradient_accumulation_steps, jit_compile,
                                 frequency_log_probs=frequency_table, **pair_loss)
     trainer.compile(optimizer=optimizer, steps_per_execution=args.steps_per_execution)
@@ -500,6 +501,9 @@ def parse_args():
                        help="ELECTRA: the weight of the discriminator's loss against the generator's (default: 50).")
     model.add_argument("--pair_loss_weight", type=non_negative_float, help="--objective nsp or sop: the pair "
                        "loss's weight, added to the masked LM's (0: the masked LM alone, on pairs; default: 1).")
+    model.add_argument("--pair_loss_ramp", type=non_negative_int, nargs=2, metavar=("FIRST", "LAST"),
+                       help="--objective nsp or sop: the pair loss joins after step FIRST, its weight rising linearly "
+                            "to --pair_loss_weight at step LAST (default: the whole weight from the first step).")
     model.add_argument("--output_bias", choices=["frequencies", "zeros"],
                        help="A new LM head's initial output bias: each token's log-frequency in the training shards "
                             "(their token_counts.json), so that the first steps need not learn it; or zeros, as 🤗 "
@@ -518,6 +522,9 @@ def parse_args():
     training.add_argument("--weight_decay_rate", type=non_negative_float, default=1e-3,
                           help="AdamW's decoupled weight decay, never on LayerNorm weights and biases "
                                "(default: %(default)s).")
+    training.add_argument("--max_grad_norm", type=positive_float,
+                          help="Clip each step's gradient, summed over the replicas, to this global norm (BERT's: "
+                               "1.0; default: no clipping).")
     warmup = training.add_mutually_exclusive_group()
     warmup.add_argument("--warmup_steps", type=non_negative_int,
                         help="Steps of linear warmup before the linear decay to 0.")
@@ -556,10 +563,14 @@ def parse_args():
                      f"{MIN_MAX_LENGTH}, with prepare_tfrecord_shards.py.")
     # One objective's flag with another: that objective was most likely meant (the flags default to None to tell).
     for flag, objectives in (("--generator_hidden_size", ["electra"]), ("--discriminator_weight", ["electra"]),
-                             ("--pair_loss_weight", list(PAIR_OBJECTIVES))):
+                             ("--pair_loss_weight", list(PAIR_OBJECTIVES)),
+                             ("--pair_loss_ramp", list(PAIR_OBJECTIVES))):
         if getattr(args, flag.removeprefix("--")) is not None and args.objective not in objectives:
             parser.error(f"{flag} is a flag of --objective {' or '.join(objectives)}, and this command trains "
                          f"--objective {args.objective}: add --objective {objectives[0]}, or drop {flag}.")
+    if args.pair_loss_ramp and args.pair_loss_ramp[0] > args.pair_loss_ramp[1]:
+        parser.error("--pair_loss_ramp FIRST LAST: the weight rises from step FIRST to step LAST, so FIRST must not "
+                     f"be after LAST, got {' '.join(map(str, args.pair_loss_ramp))}.")
     if args.cls_bag_of_words and args.objective != "mlm":
         parser.error(f"--cls_bag_of_words is a masked LM's loss at <s>, and --objective {args.objective} trains "
                      f"{'ELECTRA' if args.objective == 'electra' else 'a pair head there'}: drop one of the two.")

@@ -26,7 +26,7 @@ NO_PAIR_HEAD = "no run has a sentence-pair head\n(run_mlm.py --objective nsp or 
 # (part of the logs, tags in the order looked for, title, a line to compare with, what an empty panel says): a plain
 # masked LM logs its loss as `loss`, which with a pair head is the weighted sum of both losses.
 PANELS = [("eval", ["nats_beyond_frequency"], "Validation: nats beyond the token-frequency table",
-           (0, "the token-frequency table"), "no evaluation yet"),
+           (0, "the token-frequency table"), None),  # main refuses a run without it.
           ("eval", ["pair_accuracy"], "Validation: sentence-pair accuracy",
            (0.5, "chance: half the pairs are changed"), NO_PAIR_HEAD),
           ("train", ["masked_lm_loss", "loss"], "Training: masked-LM loss", None, "no training round ended yet"),
@@ -117,7 +117,7 @@ def main(args):
     for name, folder, logs in runs:
         beyond, pair_accuracy = curve(logs, "eval", ["nats_beyond_frequency"]), curve(logs, "eval", ["pair_accuracy"])
         if not logs["eval"]:
-            raise UserError(f"{folder} has not evaluated yet: run_mlm.py evaluates at step 0, then every --eval_steps.")
+            raise UserError(f"{folder} has not evaluated yet: run_mlm.py evaluates at step 0, then every --eval_every_steps.")
         if not beyond:
             raise UserError(f"{folder}'s evaluations have no nats_beyond_frequency: run_mlm.py measures it for a "
                             "masked LM trained on shards with their token counts (prepare_tfrecord_shards.py writes "

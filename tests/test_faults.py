@@ -64,6 +64,11 @@ NOT_FINITE = "must be a finite number of float32's range, up to 3.4e38 in size, 
      "or sop, and this command trains --objective electra: add --objective nsp, or drop --pair_loss_weight."),
     (run_mlm, ["--objective", "sop", "--pair_loss_weight=-1"],
      "argument --pair_loss_weight: must be 0 or more, got -1"),
+    (run_mlm, ["--pair_loss_ramp", "0", "100"], "--pair_loss_ramp is a flag of --objective nsp or sop, and this "
+     "command trains --objective mlm"),
+    (run_mlm, ["--objective", "nsp", "--pair_loss_ramp", "300", "100"], "--pair_loss_ramp FIRST LAST: the weight "
+     "rises from step FIRST to step LAST, so FIRST must not be after LAST, got 300 100."),
+    (run_mlm, ["--max_grad_norm", "0"], "argument --max_grad_norm: must be above 0, got 0"),
     (run_mlm, ["--objective", "electra", "--cls_bag_of_words"], "--cls_bag_of_words is a masked LM's loss at <s>, "
      "and --objective electra trains ELECTRA: drop one of the two."),
     (run_mlm, ["--objective", "sop", "--cls_bag_of_words"], "--objective sop trains a pair head there: drop one"),

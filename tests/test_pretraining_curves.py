@@ -106,7 +106,7 @@ def test_a_step_a_run_has_not_evaluated_and_a_folder_without_logs_are_refused(ru
     result = run_main("benchmarks/pretraining_curves.py", *flags(runs), "--run", f"NSP={empty}", "--output",
                       tmp_path / "curves.png", expect_failure=True)
     assert result.stderr.splitlines()[-1] == (
-        f"error: {empty} has not evaluated yet: run_mlm.py evaluates at step 0, then every --eval_steps.")
+        f"error: {empty} has not evaluated yet: run_mlm.py evaluates at step 0, then every --eval_every_steps.")
     # Trained on shards without token counts: no frequency table to measure against.
     write_logs(empty, {0: {"loss": 7.0}}, {})
     result = run_main("benchmarks/pretraining_curves.py", *flags(runs), "--run", f"NSP={empty}", "--output",

@@ -207,11 +207,14 @@ def test_two_cpu_replicas_with_gradient_accumulation_and_bfloat16(train_args, tm
     # Pushing to the Hub fails here (offline), after the model is saved: the message says how to push it later.
     result = run_script("run_mlm.py", *train_args, "--num_cpu_replicas", 2, "--gradient_accumulation_steps", 2,
                         "--bfloat16", "--max_steps", 6, "--eval_every_steps", 3, "--steps_per_execution", 3,
-                        "--jit_compile", "--hub_model_id", "someone/tiny-mlm", expect_failure=True)
+                        "--jit_compile", "--max_grad_norm", 1.0, "--hub_model_id", "someone/tiny-mlm",
+                        expect_failure=True)
     assert "pushing to the Hub repository 'someone/tiny-mlm' failed" in result.stderr
     assert "Nothing is lost" in result.stderr and (tmp_path / "model" / "tf_model.h5").exists()
     assert "MirroredStrategy with 2 replica(s) on 1 host(s); global batch 32 (8 per replica x 2 replicas x 2 " \
            "accumulation steps); XLA on; bfloat16 mixed precision" in result.stderr
+    # Clipped after the replicas' gradients are summed (Keras' global_clipnorm), as the model card says.
+    assert "gradients clipped to a norm of 1.0" in (tmp_path / "model" / "README.md").read_text()
     results = json.loads((tmp_path / "model" / "training_results.json").read_text())
     assert results["step"] == 6 and results["num_replicas"] == 2 and results["global_batch_size"] == 32
     # By default the output bias starts as the training tokens' log-frequencies: the model starts at the table.

@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras as keras
 from transformers import AlbertConfig, AutoTokenizer, BertConfig, TFAutoModelForPreTraining
 
 from helpers import MAX_LENGTH, REPO, run_main, run_script, tiny_mlm_args
@@ -93,19 +94,24 @@ def tiny_pair_model(config_class, **overrides):
     return model
 
 
+def masked_pair_batch():
+    """8 pairs of 20 tokens in BERT's layout, masked for a vocabulary of 50 whose <mask> is 4."""
+    pairs = make_pairs({"input_ids": tf.random.stateless_uniform([8, 20], [1, 2], minval=5, maxval=50,
+                                                                 dtype=tf.int32),
+                        "attention_mask": tf.ones([8, 20], tf.int32)}, tf.constant([5, 6], tf.int64),
+                       template=([0, -1, 2, -1, 2], [0, 0, 0, 1, 1]), sentence_order=True)
+    return {**pairs, **mask_tokens(pairs["input_ids"], tf.constant([7, 8], tf.int64), mask_token_id=4,
+                                   special_token_ids=[0, 1, 2, 3, 4], vocab_size=50, mlm_probability=0.3,
+                                   max_predictions=8)}
+
+
 @pytest.mark.parametrize("config_class, pair_loss_weight", [(BertConfig, None), (AlbertConfig, 0.3)])
 def test_the_loss_is_the_masked_lms_mean_plus_the_pair_heads_weighted_mean_as_the_models_own_call_gives_them(
         config_class, pair_loss_weight):
     # No dropout (ALBERT's pair head has its own): the micro-batches must give what one batch gives.
     model = tiny_pair_model(config_class, **({"embedding_size": 16, "classifier_dropout_prob": 0.0}
                                              if config_class is AlbertConfig else {}))
-    pairs = make_pairs({"input_ids": tf.random.stateless_uniform([8, 20], [1, 2], minval=5, maxval=50,
-                                                                 dtype=tf.int32),
-                        "attention_mask": tf.ones([8, 20], tf.int32)}, tf.constant([5, 6], tf.int64),
-                       template=([0, -1, 2, -1, 2], [0, 0, 0, 1, 1]), sentence_order=True)  # BERT's layout.
-    batch = {**pairs, **mask_tokens(pairs["input_ids"], tf.constant([7, 8], tf.int64), mask_token_id=4,
-                                    special_token_ids=[0, 1, 2, 3, 4], vocab_size=50, mlm_probability=0.3,
-                                    max_predictions=8)}
+    batch = masked_pair_batch()
     trainer = SentencePairTrainer(model, 4, gradient_accumulation_steps=2,
                                   **({} if pair_loss_weight is None else {"pair_loss_weight": pair_loss_weight}))
     counts = trainer.counts(batch)
@@ -127,6 +133,30 @@ def test_the_loss_is_the_masked_lms_mean_plus_the_pair_heads_weighted_mean_as_th
              for variable, gradient in zip(model.trainable_variables, gradients)}
     for layer in ("pooler", "seq_relationship" if config_class is BertConfig else "sop_classifier", "predictions"):
         assert any(norm > 0 for name, norm in norms.items() if layer in name), layer
+
+
+def test_the_pair_loss_joins_after_the_ramps_first_step_and_has_its_whole_weight_from_the_last():
+    trainer = SentencePairTrainer(tiny_pair_model(BertConfig), 4, pair_loss_weight=0.5, pair_loss_ramp=(10, 30))
+    trainer.compile(optimizer=keras.optimizers.Adam())
+    weights = {}
+    for steps_done in (0, 9, 10, 19, 29, 100):
+        trainer.optimizer.iterations.assign(steps_done)
+        weights[steps_done + 1] = float(trainer.pair_weight())  # That of the step being taken.
+    assert weights == pytest.approx({1: 0, 10: 0, 11: 0.025, 20: 0.25, 30: 0.5, 101: 0.5})
+
+    # In the compiled training step: before the pair loss joins, the pair head gets no gradient and stays as it was
+    # (Adam without weight decay); once it has joined, it learns. The masked LM learns throughout.
+    model = tiny_pair_model(BertConfig)
+    trainer = SentencePairTrainer(model, 4, jit_compile=True, pair_loss_ramp=(5, 5))
+    trainer.compile(optimizer=keras.optimizers.Adam(1e-2))
+    batches = tf.data.Dataset.from_tensors(masked_pair_batch()).repeat()
+    pair_head, lm_bias = model.nsp.seq_relationship.kernel, model.mlm.predictions.bias
+    for steps_done, pair_head_learns in ((0, False), (4, False), (5, True)):
+        trainer.optimizer.iterations.assign(steps_done)
+        before = pair_head.numpy(), lm_bias.numpy()
+        trainer.fit(batches, steps_per_epoch=1, verbose=0)
+        assert (pair_head.numpy() != before[0]).any() == pair_head_learns, steps_done
+        assert (lm_bias.numpy() != before[1]).any(), steps_done
 
 
 @pytest.fixture(scope="module")
