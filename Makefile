@@ -15,7 +15,7 @@ OUT ?= demo-output
 # of the Hub's copy.
 BANKING77 ?=
 
-.PHONY: demo glue glue-folder glue-hour language-hour test test-fast test-pytorch smoke clean install-tpu check-tpu lock
+.PHONY: demo glue glue-folder glue-hour hour-data hour-model language-hour test test-fast test-pytorch smoke clean install-tpu check-tpu lock
 
 # Only when the lock is missing: a Python the README does not name.
 locks/%:
@@ -141,19 +141,27 @@ HOUR_VALIDATION := --validation_file $(WIKITEXT)/validation.txt
 HOUR_WIKITEXT := $(HUB_WIKITEXT)
 endif
 glue-hour: glue-folder $(VENV)/.installed $(HOUR_WIKITEXT)
+	$(MAKE) hour-data hour-model
+	$(BIN)/python benchmarks/glue.py --glue_dir $(GLUE) --model "one CPU-hour=$(HOUR)/model" --head_epochs 3 \
+		--sst2_train_examples $(SST2_TRAIN_EXAMPLES) --output_dir $(HOUR)/glue-sst2-$(SST2_TRAIN_EXAMPLES)
+
+# glue-hour's two parts, to pre-train several recipes on one set of shards (benchmarks/plateau.md): hour-data writes
+# the tokenizer and shards into HOUR; hour-model pre-trains into HOUR/model on those of HOUR_DATA (default: HOUR).
+HOUR_DATA ?= $(HOUR)
+hour-data: glue-folder $(VENV)/.installed $(HOUR_WIKITEXT)
 	mkdir -p $(HOUR)
 	$(BIN)/python benchmarks/glue_text.py --glue_dir $(GLUE) --output_file $(HOUR)/glue-train.txt
 	$(BIN)/python train_unigram.py --train_file $(HOUR_TEXT) $(HOUR)/glue-train.txt $(HOUR_TOKENIZER_SAMPLE) \
 		--vocab_size 8000 --output_dir $(HOUR)/tokenizer --overwrite
 	$(BIN)/python prepare_tfrecord_shards.py --train_file $(HOUR_TEXT) $(HOUR)/glue-train.txt $(HOUR_VALIDATION) \
 		--tokenizer_name_or_path $(HOUR)/tokenizer --max_length 128 --output_dir $(HOUR)/tfrecords --overwrite
-	$(BIN)/python run_mlm.py --train_dataset $(HOUR)/tfrecords/train --eval_dataset $(HOUR)/tfrecords/validation \
-		--tokenizer $(HOUR)/tokenizer --pretrained_model_config $(HOUR_CONFIG) $(DEMO_PRETRAINING) \
-		--objective $(HOUR_OBJECTIVE) --max_length 128 --per_replica_batch_size 32 --warmup_ratio 0.05 \
-		--max_steps 14400 --eval_every_steps 2400 --checkpoint_every_steps 2400 --seed $(HOUR_SEED) \
-		$(HOUR_FLAGS) --output_dir $(HOUR)/model --overwrite
-	$(BIN)/python benchmarks/glue.py --glue_dir $(GLUE) --model "one CPU-hour=$(HOUR)/model" --head_epochs 3 \
-		--sst2_train_examples $(SST2_TRAIN_EXAMPLES) --output_dir $(HOUR)/glue-sst2-$(SST2_TRAIN_EXAMPLES)
+
+hour-model: $(VENV)/.installed
+	$(BIN)/python run_mlm.py --train_dataset $(HOUR_DATA)/tfrecords/train \
+		--eval_dataset $(HOUR_DATA)/tfrecords/validation --tokenizer $(HOUR_DATA)/tokenizer \
+		--pretrained_model_config $(HOUR_CONFIG) $(DEMO_PRETRAINING) --objective $(HOUR_OBJECTIVE) --max_length 128 \
+		--per_replica_batch_size 32 --warmup_ratio 0.05 --max_steps 14400 --eval_every_steps 2400 \
+		--checkpoint_every_steps 2400 --seed $(HOUR_SEED) $(HOUR_FLAGS) --output_dir $(HOUR)/model --overwrite
 
 # The hour in a language written without spaces (issue #85, benchmarks/languages.md): LANGUAGE (chinese or thai) from
 # LANGUAGE_DIR, a folder laid out as the project's data folder has it (the pre-training text in pretrain/*.txt.gz, a
@@ -182,11 +190,7 @@ language-hour: $(VENV)/.installed
 		$(LANGUAGE_HOUR)/task-train.txt --validation_share 0.005 --tokenizer_name_or_path $(LANGUAGE_HOUR)/tokenizer \
 		--max_length 128 $(if $(WORD_SEGMENTER),--word_segmenter $(WORD_SEGMENTER)) \
 		--output_dir $(LANGUAGE_HOUR)/tfrecords --overwrite
-	$(BIN)/python run_mlm.py --train_dataset $(LANGUAGE_HOUR)/tfrecords/train \
-		--eval_dataset $(LANGUAGE_HOUR)/tfrecords/validation --tokenizer $(LANGUAGE_HOUR)/tokenizer \
-		--pretrained_model_config $(HOUR_CONFIG) $(DEMO_PRETRAINING) --objective $(HOUR_OBJECTIVE) --masking $(MASKING) \
-		--max_length 128 --per_replica_batch_size 32 --warmup_ratio 0.05 --max_steps 14400 --eval_every_steps 2400 \
-		--checkpoint_every_steps 2400 --seed $(HOUR_SEED) $(HOUR_FLAGS) --output_dir $(LANGUAGE_HOUR)/model --overwrite
+	$(MAKE) hour-model HOUR=$(LANGUAGE_HOUR) HOUR_DATA=$(LANGUAGE_HOUR) HOUR_FLAGS="--masking $(MASKING) $(HOUR_FLAGS)"
 	$(BIN)/python benchmarks/languages.py --language $(LANGUAGE) --data_dir $(LANGUAGE_DIR) \
 		--model "one CPU-hour=$(LANGUAGE_HOUR)/model" $(TASK_FLAGS) --output_dir $(LANGUAGE_HOUR)/tasks
 
