@@ -212,12 +212,12 @@ def utc(seconds):
 # Where a run starts, and its checkpoints
 
 
-def check_where_the_run_starts(args, plan, recorded, is_chief, config, generator_config):
+def check_where_the_run_starts(args, plan, recorded, is_chief, config, generator_config, stream):
     """False when an earlier run of this command (`recorded`: its results) trained `plan.total_steps` and saved its
     model: nothing left to do. Else refuses an --output_dir that holds something other than a run to resume (with
     --overwrite, clears it), and a checkpoint that this command would not continue: of another global batch, of
-    more steps, or of another model than `config` (and ELECTRA's `generator_config`) or another tokenizer than
-    --tokenizer."""
+    more steps, of another model than `config` (and ELECTRA's `generator_config`), another tokenizer than
+    --tokenizer, or another data `stream` (data_stream)."""
     saved_at = recorded.get("saved_model_step")
     if saved_at is not None and saved_at >= plan.total_steps:
         logger.info("The run in %s is already complete at step %d%s, and its model is saved there. Nothing to do. "
@@ -248,7 +248,38 @@ def check_where_the_run_starts(args, plan, recorded, is_chief, config, generator
         refuse_another_model(args.output_dir, step, config, generator_config, args.objective,
                              recorded.get("objective"))
         refuse_another_tokenizer(args.output_dir, step, args.tokenizer)
+        refuse_another_data_stream(args.output_dir, step, recorded, stream)
     return True
+
+
+# The flags that decide the batches and masks of each step, beside the training shards (make_dataset's stream is a
+# function of them): a run resumed with other values would go on as no run never stopped would, in silence.
+STREAM_FLAGS = ("seed", "shuffle_buffer_size", "mlm_probability", "mask_share", "masking", "max_predictions_per_seq")
+
+
+def data_stream(args, train_files, train_sizes):
+    """What decides a run's batches and masks, for training_results.json: the flags of STREAM_FLAGS, and the training
+    shards by name and size (not by folder: a run's shards may move, e.g. to gs://)."""
+    return {**{flag: vars(args)[flag] for flag in STREAM_FLAGS},
+            "shards": dict(zip(map(os.path.basename, train_files), train_sizes))}
+
+
+def refuse_another_data_stream(output_dir, step, recorded, stream):
+    """Stops when the run in `output_dir` (the last checkpoint at `step`) trained on another data_stream than this
+    command's `stream`, as `recorded` (its results) says; runs from before it was recorded pass."""
+    was = recorded.get("data_stream", stream)
+    changed = next((flag for flag in STREAM_FLAGS if was[flag] != stream[flag]), None)
+    if changed:
+        difference = f"--{changed} {stream[changed]} (the run's: {was[changed]})"
+    elif was["shards"] != stream["shards"]:
+        difference = (f"other training shards, {len(stream['shards'])} files of {sum(stream['shards'].values())} "
+                      f"samples (the run's: {len(was['shards'])} files of {sum(was['shards'].values())})")
+    else:
+        return
+    raise UserError(
+        f"{output_dir!r} holds a run, checkpointed at step {step}, that trained on other batches or masks than this "
+        f"command would: {difference}. Resumed so, it would not be the run it was. To resume it, run it with the "
+        "run's values and shards; to train with these, start over with --overwrite, or choose another --output_dir.")
 
 
 def refuse_another_model(output_dir, step, config, generator_config, objective, recorded_objective):

@@ -56,7 +56,7 @@ def main(args):
     import tensorflow as tf
 
     from run_folder import (CheckpointAndStop, OutputDirLease, ResultsFile, RoundEnd, check_where_the_run_starts,
-                            format_metrics, refuse_an_unfinished_pretraining_run, restore_last_checkpoint,
+                            data_stream, format_metrics, refuse_an_unfinished_pretraining_run, restore_last_checkpoint,
                             save_checkpoints_config, save_model, warn_if_nothing_learned_from_context)
 
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
@@ -88,7 +88,8 @@ def main(args):
 
     # Where the run starts: nothing left to do, from scratch, or from the last checkpoint.
     results = ResultsFile(args.output_dir, is_chief, args.overwrite)
-    if not check_where_the_run_starts(args, plan, results, is_chief, config, generator):
+    stream = data_stream(args, train_files, train_sizes)  # The recipe of the batches and masks: a resumed run keeps it.
+    if not check_where_the_run_starts(args, plan, results, is_chief, config, generator, stream):
         return
     with strategy.scope():  # Every variable (weights, optimizer slots) is created on every replica.
         trainer, learning_rate = build_trainer(args, config, tokenizer, plan, jit_compile, train_files, generator)
@@ -104,7 +105,7 @@ def main(args):
     if start_step == 0:
         results.clear()  # Nothing of an earlier run that left no checkpoint.
     results.record(global_batch_size=plan.global_batch_size, per_replica_batch_size=args.per_replica_batch_size,
-                   num_replicas=strategy.num_replicas_in_sync,
+                   num_replicas=strategy.num_replicas_in_sync, data_stream=stream,
                    gradient_accumulation_steps=args.gradient_accumulation_steps,
                    started_from=args.model_name_or_path, objective=args.objective)  # None: random weights.
 

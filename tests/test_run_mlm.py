@@ -368,6 +368,26 @@ def test_an_unfinished_run_resumes_only_with_its_own_batch_and_steps(train_args,
 
 
 @pytest.mark.fast
+def test_an_unfinished_run_resumes_only_on_its_own_batches_and_masks(train_args, pretrained_model_dir, shards_dir,
+                                                                     tmp_path):
+    # pretrained_model_dir was trained by train_args' command with --max_steps 20: seed 42, 15 % masked, its shards.
+    # Resumed with another seed, masking or shards, it would train on as no run never stopped would.
+    unfinished = unfinished_copy(pretrained_model_dir, tmp_path / "model")
+    for flags, difference in ((["--seed", 43], "--seed 43 (the run's: 42)"),
+                              (["--mlm_probability", 0.3], "--mlm_probability 0.3 (the run's: 0.15)"),
+                              (["--train_dataset", shards_dir / "validation"],
+                               "other training shards, 2 files of 152 samples (the run's: 26 files")):
+        result = run_main("run_mlm.py", *train_args, "--max_steps", 22, *flags, expect_failure=True)
+        assert_fails_before_building_the_model(
+            result, f"{str(unfinished)!r} holds a run, checkpointed at step 20, that trained on other batches or "
+                    f"masks than this command would: {difference}", "run it with the run's values and shards",
+            "--overwrite")
+    # A flag that the stream does not depend on is free to change.
+    result = run_main("run_mlm.py", *train_args, "--max_steps", 22, "--eval_every_steps", 1)
+    assert "Resuming from" in result.stderr and "at step 20" in result.stderr
+
+
+@pytest.mark.fast
 def test_an_unfinished_run_resumes_only_with_its_own_model(train_args, pretrained_model_dir, tmp_path):
     # pretrained_model_dir's model has hidden size 32 (tiny_config_dir); its checkpoints' weights take no other.
     unfinished = unfinished_copy(pretrained_model_dir, tmp_path / "model")
