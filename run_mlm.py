@@ -407,7 +407,8 @@ def build_trainer(args, config, tokenizer, plan, jit_compile, train_files, gener
                                  args.gradient_accumulation_steps, jit_compile, seed=args.seed)
     else:
         trainer_class = SentencePairTrainer if args.objective in PAIR_OBJECTIVES else MaskedLMTrainer
-        pair_loss = {name: value for name in ("pair_loss_weight", "pair_loss_ramp") if (value := vars(args)[name])}
+        pair_loss = {name: vars(args)[name] for name in ("pair_loss_weight", "pair_loss_ramp")
+                     if vars(args)[name] is not None}  # None: SentencePairTrainer's defaults.
         trainer = trainer_class(mlm, tokenizer.mask_token_id, args.gradient_accumulation_steps, jit_compile,
                                 frequency_log_probs=frequency_table, **pair_loss)
     trainer.compile(optimizer=optimizer, steps_per_execution=args.steps_per_execution)
@@ -523,9 +524,8 @@ def parse_args():
     training.add_argument("--weight_decay_rate", type=non_negative_float, default=1e-3,
                           help="AdamW's decoupled weight decay, never on LayerNorm weights and biases "
                                "(default: %(default)s).")
-    training.add_argument("--max_grad_norm", type=positive_float,
-                          help="Clip each step's gradient, summed over the replicas, to this global norm (BERT's: "
-                               "1.0; default: no clipping).")
+    training.add_argument("--max_grad_norm", type=positive_float, help="Clip each step's gradient, summed over the "
+                          "replicas, to this global norm (BERT's: 1.0; default: no clipping).")
     warmup = training.add_mutually_exclusive_group()
     warmup.add_argument("--warmup_steps", type=non_negative_int,
                         help="Steps of linear warmup before the linear decay to 0.")

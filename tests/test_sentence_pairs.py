@@ -208,14 +208,17 @@ def test_a_bert_run_with_next_sentence_prediction_resumes_saves_exports_continue
     assert np.allclose(TFBertForPreTraining.from_pretrained(exported)(**inputs).seq_relationship_logits,
                        saved(**inputs).seq_relationship_logits)
 
-    # Pre-training continues from the saved model, pair head and all: it evaluates as the run ended.
+    # Pre-training continues from the saved model, pair head and all: it evaluates as the run ended. With the pair
+    # loss weighed 0 (the masked LM alone, on pairs), the loss that trains is the masked LM's.
     continued = tmp_path / "continued"
-    run_main("run_mlm.py", "--model_name_or_path", model_dir, "--objective", "nsp", "--train_dataset",
-             shards_dir / "train", "--eval_dataset", shards_dir / "validation", "--max_length", MAX_LENGTH,
-             "--per_replica_batch_size", 8, "--max_steps", 1, "--warmup_steps", 0, "--input_check_seconds", 0,
-             "--no_tpu", "--output_dir", continued)
-    assert json.loads((continued / "training_results.json").read_text())["step_0_eval"] == \
-        pytest.approx(final, rel=1e-4)
+    run_main("run_mlm.py", "--model_name_or_path", model_dir, "--objective", "nsp", "--pair_loss_weight", 0,
+             "--train_dataset", shards_dir / "train", "--eval_dataset", shards_dir / "validation", "--max_length",
+             MAX_LENGTH, "--per_replica_batch_size", 8, "--max_steps", 1, "--warmup_steps", 0, "--input_check_seconds",
+             0, "--no_tpu", "--output_dir", continued)
+    continued_eval = json.loads((continued / "training_results.json").read_text())["step_0_eval"]
+    assert continued_eval.pop("loss") == pytest.approx(continued_eval["masked_lm_loss"], rel=0.02)
+    assert continued_eval == pytest.approx({name: value for name, value in final.items() if name != "loss"}, rel=1e-4)
+    assert "pair loss weight 0.0)" in (continued / "README.md").read_text()
     # A masked LM continues on pairs with a new pooler and pair head, said in a warning.
     from transformers import TFBertForMaskedLM
 
