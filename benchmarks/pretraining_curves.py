@@ -115,9 +115,10 @@ def main(args):
     runs = [(name, folder, read_logs(folder)) for name, folder in args.runs]
     arms = {}  # {name: {step: ([nats beyond frequency], [pair accuracy])}}, over the arm's runs.
     for name, folder, logs in runs:
-        beyond, pair_accuracy = curve(logs, "eval", ["nats_beyond_frequency"]), curve(logs, "eval", ["pair_accuracy"])
         if not logs["eval"]:
-            raise UserError(f"{folder} has not evaluated yet: run_mlm.py evaluates at step 0, then every --eval_every_steps.")
+            raise UserError(f"{folder} has not evaluated yet: run_mlm.py evaluates at step 0, then every "
+                            "--eval_every_steps.")
+        beyond, pair_accuracy = curve(logs, "eval", ["nats_beyond_frequency"]), curve(logs, "eval", ["pair_accuracy"])
         if not beyond:
             raise UserError(f"{folder}'s evaluations have no nats_beyond_frequency: run_mlm.py measures it for a "
                             "masked LM trained on shards with their token counts (prepare_tfrecord_shards.py writes "
