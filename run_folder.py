@@ -135,11 +135,26 @@ class OutputDirLease:
             except FileNotFoundError:
                 return False
             os.remove(f"{self.path}.{self.claim['run']}")
+        # Only if there is none, and whole: a file opened with "x" is empty until written, and a run that read it
+        # then would take it for an ended run's claim and take over (seen: two runs started in the same second). A
+        # hard link to the written claim appears whole or not at all.
+        written = f"{self.path}.{self.claim['run']}.new"
         try:
-            with open(self.path, "xb") as f:  # Only if there is none.
+            with open(written, "wb") as f:
                 f.write(data)
-        except FileExistsError:
-            return False
+            try:
+                os.link(written, self.path)
+            except FileExistsError:
+                return False
+            except OSError:  # A filesystem without hard links (gcsfuse): created, then written, as before.
+                try:
+                    with open(self.path, "xb") as f:
+                        f.write(data)
+                except FileExistsError:
+                    return False
+        finally:
+            with contextlib.suppress(OSError):  # Also after a full disk: no stray file beside the claim.
+                os.remove(written)
         return True
 
     def write_to_bucket(self, data, expected_generation):

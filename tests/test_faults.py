@@ -273,6 +273,49 @@ def test_a_process_id_used_again_is_not_taken_for_the_run(tmp_path, releases):
 
 
 @pytest.mark.fast
+def test_of_two_runs_started_at_once_one_holds_the_folder(tmp_path, releases, monkeypatch):
+    """The second run reads the folder while the first writes its claim (seen: two scripts starting the same command
+    in the same second): one of them holds the folder, never both."""
+    first, second = run_folder.OutputDirLease(str(tmp_path)), run_folder.OutputDirLease(str(tmp_path))
+    outcomes = {}
+
+    def hold(lease):
+        try:
+            lease.hold()
+            return "holds"
+        except UserError:
+            return "refused"
+
+    def open_then_the_second_run_starts(path, mode="r", *args, **kwargs):
+        opened = open(path, mode, *args, **kwargs)
+        if ("w" in mode or "x" in mode) and not outcomes:  # The first run's claim, before a byte of it is written.
+            outcomes["second"] = "starting"
+            outcomes["second"] = hold(second)
+        return opened
+
+    monkeypatch.setattr(run_folder, "open", open_then_the_second_run_starts, raising=False)
+    outcomes["first"] = hold(first)
+    assert sorted(outcomes.values()) == ["holds", "refused"]
+    holder = first if outcomes["first"] == "holds" else second
+    assert json.loads((tmp_path / "running.json").read_text())["run"] == holder.claim["run"]
+    assert sorted(os.listdir(tmp_path)) == ["running.json"]
+
+
+@pytest.mark.fast
+def test_a_folder_without_hard_links_is_claimed_too(tmp_path, releases, monkeypatch):
+    def no_hard_links(source, target):
+        raise PermissionError(1, "Operation not permitted")  # What gcsfuse answers.
+
+    monkeypatch.setattr(run_folder.os, "link", no_hard_links)
+    lease = run_folder.OutputDirLease(str(tmp_path))
+    lease.hold()
+    assert json.loads((tmp_path / "running.json").read_text())["run"] == lease.claim["run"]
+    assert sorted(os.listdir(tmp_path)) == ["running.json"]
+    with pytest.raises(UserError, match="another run is writing into --output_dir"):
+        run_folder.OutputDirLease(str(tmp_path)).hold()
+
+
+@pytest.mark.fast
 def test_the_holder_renews_its_claim_and_releases_only_its_own(tmp_path, releases):
     lease = run_folder.OutputDirLease(str(tmp_path))
     lease.hold()
