@@ -138,24 +138,32 @@ class OutputDirLease:
         # Only if there is none, and whole: a file opened with "x" is empty until written, and a run that read it
         # then would take it for an ended run's claim and take over (seen: two runs started in the same second). A
         # hard link to the written claim appears whole or not at all.
+        def link_where_there_is_none(written, path):
+            try:
+                os.link(written, path)
+            except FileExistsError:
+                raise
+            except OSError:  # A filesystem without hard links (gcsfuse): created, then written, as before.
+                with open(path, "xb") as f:
+                    f.write(data)
+
+        try:
+            self.write_whole(data, link_where_there_is_none)
+        except FileExistsError:
+            return False
+        return True
+
+    def write_whole(self, data, put_in_place):
+        """Writes the claim beside its place, then `put_in_place(written, self.path)` (os.replace, os.link): never
+        seen half-written there, and no stray file left beside it, even after a full disk."""
         written = f"{self.path}.{self.claim['run']}.new"
         try:
             with open(written, "wb") as f:
                 f.write(data)
-            try:
-                os.link(written, self.path)
-            except FileExistsError:
-                return False
-            except OSError:  # A filesystem without hard links (gcsfuse): created, then written, as before.
-                try:
-                    with open(self.path, "xb") as f:
-                        f.write(data)
-                except FileExistsError:
-                    return False
+            put_in_place(written, self.path)
         finally:
-            with contextlib.suppress(OSError):  # Also after a full disk: no stray file beside the claim.
+            with contextlib.suppress(OSError):  # Gone once replaced.
                 os.remove(written)
-        return True
 
     def write_to_bucket(self, data, expected_generation):
         from google.api_core.exceptions import PreconditionFailed
@@ -176,14 +184,7 @@ class OutputDirLease:
             return self.write_to_bucket(data, expected_generation=self.generation)
         if (self.read()[0] or {}).get("run") != self.claim["run"]:
             return False
-        try:
-            with open(f"{self.path}.tmp", "wb") as f:
-                f.write(data)
-            os.replace(f"{self.path}.tmp", self.path)
-        except OSError:  # A full disk: no stray file left beside the claim.
-            with contextlib.suppress(OSError):
-                os.remove(f"{self.path}.tmp")
-            raise
+        self.write_whole(data, os.replace)
         return True
 
     def renew_until_stopped(self):

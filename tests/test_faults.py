@@ -289,7 +289,7 @@ def test_of_two_runs_started_at_once_one_holds_the_folder(tmp_path, releases, mo
     def open_then_the_second_run_starts(path, mode="r", *args, **kwargs):
         opened = open(path, mode, *args, **kwargs)
         if ("w" in mode or "x" in mode) and not outcomes:  # The first run's claim, before a byte of it is written.
-            outcomes["second"] = "starting"
+            outcomes["second"] = "starting"  # First: the second run's own claim must not start a third.
             outcomes["second"] = hold(second)
         return opened
 
